@@ -1,0 +1,48 @@
+# llm-autopilot developer targets. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+CRD := crds/llm-autopilot.io_llmdeployments.yaml
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install the project with its dev tools
+
+plan: install ## Main job: plan Llama-3.1-70B on H100 and print the breakdown and the vllm serve command
+	$(BIN)/llm-autopilot plan --model meta-llama/Llama-3.1-70B-Instruct --gpu nvidia-h100-80gb
+
+test: install ## Run the whole test suite
+	$(BIN)/pytest
+
+lint: install ## ruff + mypy (strict)
+	$(BIN)/ruff check operator tests
+	$(BIN)/mypy
+
+crds: install ## Regenerate the CRD from the pydantic models
+	$(BIN)/python -m llm_autopilot.api.crd > $(CRD)
+
+verify: install ## Fail when generated files (the CRD) differ from what the models generate
+	@$(BIN)/python -m llm_autopilot.api.crd | diff -u $(CRD) - || \
+		(echo "$(CRD) is stale: run 'make crds' and commit it" >&2; exit 1)
+
+bench: install ## Planner latency for every catalog model on every catalog GPU
+	$(BIN)/python -m tests.bench.bench_planner
+
+golden: install ## Print how close the memory model comes to every golden vLLM log
+	$(BIN)/python -m tests.bench.golden_report
+
+clean: ## Remove the virtualenv and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+.PHONY: help install plan test lint crds verify bench golden clean
