@@ -1,0 +1,1 @@
+"""Built-in facts: GPU products and popular models."""

@@ -1,0 +1,204 @@
+"""Turn a Hugging Face ``config.json`` (a plain mapping) into a :class:`ModelArchitecture`.
+
+Pure: the Hub client and the catalog hand it parsed JSON. Field names follow transformers'
+conventions, including the per-family aliases (``n_routed_experts``, ``num_local_experts``...),
+multimodal wrappers (``text_config``) and family defaults for fields a config may omit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from llm_autopilot.domain.architecture import MLA, CheckpointQuantization, ModelArchitecture, MoE
+from llm_autopilot.domain.precision import WeightFormat
+
+
+class ModelConfigError(ValueError):
+    """The config cannot describe a model we can plan for; the message says which field and why."""
+
+
+# transformers defaults for fields that real configs of these families leave out
+_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {
+        "vocab_size": 262208,
+        "max_position_embeddings": 131072,
+        "tie_word_embeddings": True,
+        "sliding_window": 4096,
+        "sliding_window_pattern": 6,
+        "head_dim": 256,
+    },
+    "gemma2": {"tie_word_embeddings": True, "head_dim": 256, "sliding_window": 4096},
+    "gemma": {"tie_word_embeddings": True},
+}
+_TEXT_MODEL_TYPES = {"gemma3": "gemma3_text"}
+
+
+def _merged_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Multimodal configs keep the language model under ``text_config``; it wins over the wrapper."""
+    merged = dict(config)
+    text = config.get("text_config")
+    if isinstance(text, Mapping):
+        merged.update(text)
+        wrapper_type = str(config.get("model_type", ""))
+        merged["model_type"] = text.get("model_type") or _TEXT_MODEL_TYPES.get(wrapper_type, wrapper_type)
+    model_type = str(merged.get("model_type", ""))
+    for key, value in _FAMILY_DEFAULTS.get(model_type, {}).items():
+        if merged.get(key) is None:
+            merged[key] = value
+    return merged
+
+
+def _require_int(config: Mapping[str, Any], *names: str) -> int:
+    for name in names:
+        value = config.get(name)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ModelConfigError(f"config field {name!r} must be a positive integer, got {value!r}")
+            return int(value)
+    raise ModelConfigError(f"config.json has no {' or '.join(repr(n) for n in names)}")
+
+
+def _optional_int(config: Mapping[str, Any], *names: str) -> int | None:
+    for name in names:
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _sliding_layers(config: Mapping[str, Any], num_layers: int) -> tuple[int | None, int]:
+    """(window, number of sliding-window layers) as vLLM would build the model."""
+    window = _optional_int(config, "sliding_window")
+    layer_types = config.get("layer_types")
+    if isinstance(layer_types, list) and layer_types:
+        count = sum(1 for t in layer_types if t == "sliding_attention")
+        return (window, count) if window and count else (None, 0)
+    if window is None or config.get("use_sliding_window") is False:
+        return None, 0
+    model_type = str(config.get("model_type", ""))
+    if model_type == "gemma2":
+        return window, num_layers // 2  # even layers slide
+    pattern = _optional_int(config, "sliding_window_pattern")
+    if pattern:
+        return window, num_layers - num_layers // pattern  # every pattern-th layer is global
+    max_len = _optional_int(config, "max_position_embeddings") or 0
+    if window >= max_len > 0:
+        return None, 0  # a window as long as the context is no window
+    return window, num_layers
+
+
+def _moe(config: Mapping[str, Any]) -> MoE | None:
+    experts = _optional_int(config, "num_experts", "num_local_experts", "n_routed_experts")
+    if not experts or experts <= 1:
+        return None
+    shared = _optional_int(config, "n_shared_experts") or 0
+    expert_inter = _require_int(config, "moe_intermediate_size", "intermediate_size")
+    shared_inter = _optional_int(config, "shared_expert_intermediate_size") or shared * expert_inter
+    return MoE(
+        num_experts=experts,
+        experts_per_token=_require_int(config, "num_experts_per_tok", "num_experts_per_token"),
+        expert_intermediate_size=expert_inter,
+        num_shared_experts=shared or (1 if shared_inter else 0),
+        shared_expert_intermediate_size=shared_inter,
+        first_dense_layers=_optional_int(config, "first_k_dense_replace") or 0,
+    )
+
+
+def _mla(config: Mapping[str, Any]) -> MLA | None:
+    rank = _optional_int(config, "kv_lora_rank")
+    if rank is None:
+        return None
+    return MLA(
+        kv_lora_rank=rank,
+        qk_rope_head_dim=_require_int(config, "qk_rope_head_dim"),
+        qk_nope_head_dim=_require_int(config, "qk_nope_head_dim"),
+        v_head_dim=_require_int(config, "v_head_dim"),
+        q_lora_rank=_optional_int(config, "q_lora_rank"),
+    )
+
+
+def parse_quantization_config(qc: Mapping[str, Any]) -> CheckpointQuantization:
+    """Read a checkpoint's ``quantization_config`` (or ``hf_quant_config.json``'s ``quantization``)."""
+    method = str(qc.get("quant_method") or qc.get("quant_algo") or "").lower()
+    bits = int(qc.get("bits") or qc.get("w_bit") or 4)
+    group = int(qc.get("group_size") or qc.get("q_group_size") or 128)
+    if method in ("awq", "awq_marlin"):
+        return CheckpointQuantization(method, WeightFormat.AWQ, bits, group)
+    if method in ("gptq", "gptq_marlin"):
+        fmt = WeightFormat.GPTQ if bits == 4 else WeightFormat.INT8
+        return CheckpointQuantization(method, fmt, bits, group)
+    if method in ("fp8", "fbgemm_fp8"):
+        return CheckpointQuantization(method, WeightFormat.FP8, 8, 0)
+    if method in ("mxfp4", "gpt_oss_mxfp4"):
+        return CheckpointQuantization(method, WeightFormat.MXFP4, 4, 32, experts_only=True)
+    if method in ("modelopt", "modelopt_fp4", "nvfp4"):
+        algo = str(qc.get("quant_algo", method)).upper()
+        if "FP4" in algo:
+            return CheckpointQuantization("modelopt_fp4", WeightFormat.NVFP4, 4, 16)
+        return CheckpointQuantization("modelopt", WeightFormat.FP8, 8, 0)
+    if method == "compressed-tensors":
+        return _compressed_tensors(qc)
+    raise ModelConfigError(
+        f"checkpoint quantization {method or '(none given)'!r} is not supported; "
+        "supported: awq, gptq, fp8, mxfp4, modelopt, compressed-tensors"
+    )
+
+
+def _compressed_tensors(qc: Mapping[str, Any]) -> CheckpointQuantization:
+    groups = qc.get("config_groups") or {}
+    for group in groups.values() if isinstance(groups, Mapping) else []:
+        weights = group.get("weights") if isinstance(group, Mapping) else None
+        if not isinstance(weights, Mapping):
+            continue
+        bits = int(weights.get("num_bits") or 8)
+        if weights.get("type") == "float":
+            return CheckpointQuantization("compressed-tensors", WeightFormat.FP8 if bits == 8 else WeightFormat.NVFP4,
+                                          bits, int(weights.get("group_size") or 16))
+        group_size = int(weights.get("group_size") or -1)
+        fmt = WeightFormat.GPTQ if bits == 4 else WeightFormat.INT8
+        return CheckpointQuantization("compressed-tensors", fmt, bits, group_size)
+    raise ModelConfigError("compressed-tensors quantization_config has no config_groups with weights")
+
+
+def parse_hf_config(
+    config: Mapping[str, Any],
+    model_id: str,
+    *,
+    checkpoint_bytes: int | None = None,
+    variants: Mapping[WeightFormat, str] | None = None,
+) -> ModelArchitecture:
+    """Build the architecture vLLM would instantiate from this config."""
+    if not isinstance(config, Mapping):
+        raise ModelConfigError("config.json must be a JSON object")
+    cfg = _merged_text_config(config)
+    hidden = _require_int(cfg, "hidden_size", "d_model", "n_embd")
+    layers = _require_int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _require_int(cfg, "num_attention_heads", "n_head")
+    kv_heads = _optional_int(cfg, "num_key_value_heads", "num_kv_heads") or heads
+    window, sliding = _sliding_layers(cfg, layers)
+    qc = cfg.get("quantization_config")
+    architectures = cfg.get("architectures") or ["unknown"]
+    max_len = _optional_int(cfg, "max_position_embeddings", "max_seq_len", "seq_length", "n_positions")
+    return ModelArchitecture(
+        model_id=model_id,
+        architecture=str(architectures[0]),
+        model_type=str(cfg.get("model_type", "unknown")),
+        hidden_size=hidden,
+        num_layers=layers,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=_optional_int(cfg, "head_dim") or hidden // heads,
+        intermediate_size=_require_int(cfg, "intermediate_size", "ffn_dim", "n_inner"),
+        vocab_size=_require_int(cfg, "vocab_size"),
+        max_position_embeddings=max_len or 4096,
+        torch_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        sliding_window=window,
+        num_sliding_window_layers=sliding,
+        moe=_moe(cfg),
+        mla=_mla(cfg),
+        quantization=parse_quantization_config(qc) if isinstance(qc, Mapping) else None,
+        checkpoint_bytes=checkpoint_bytes,
+        variants=dict(variants or {}),
+    )
