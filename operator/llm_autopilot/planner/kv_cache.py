@@ -1,0 +1,106 @@
+"""KV-cache bytes per token and per request, per GPU, following vLLM's KV-cache specs.
+
+- Full attention (MHA/GQA): ``2 x head_dim x bytes x max(1, kv_heads // tp)`` per layer and token;
+  with fewer KV heads than ranks each rank keeps a replica of one head.
+- MLA: one latent of ``kv_lora_rank + qk_rope_head_dim`` per layer and token, on every rank.
+- Sliding-window layers keep at most ``cdiv(min(window - 1 + max_num_batched_tokens, len), block) + 1``
+  blocks per request.
+Only the busiest pipeline stage matters.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.domain.precision import KVCacheDtype
+from llm_autopilot.planner.weights import ACTIVATION_DTYPE_BYTES, stage_layers
+
+
+def kv_element_bytes(dtype: KVCacheDtype) -> int:
+    return 1 if dtype is KVCacheDtype.FP8 else ACTIVATION_DTYPE_BYTES
+
+
+def kv_bytes_per_token_per_layer(m: ModelArchitecture, tp: int, dtype: KVCacheDtype) -> int:
+    element = kv_element_bytes(dtype)
+    if m.mla is not None:
+        return (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * element
+    return 2 * m.head_dim * element * max(1, m.num_kv_heads // tp)
+
+
+def stage_layer_split(m: ModelArchitecture, pp: int) -> tuple[int, int]:
+    """(full-attention, sliding-window) layer slots on the busiest pipeline stage.
+
+    vLLM's hybrid KV-cache manager puts layers into groups of equal size (the smaller of the two
+    counts) and gives every group its own blocks, so a partly filled last group costs a full one:
+    Gemma 3's 10 full + 52 sliding layers occupy 10 + 60 slots.
+    """
+    if pp == 1:
+        full, sliding = m.num_full_attention_layers, m.num_sliding_window_layers
+    else:
+        layers = stage_layers(m.num_layers, pp)
+        sliding = math.ceil(m.num_sliding_window_layers * layers / m.num_layers)
+        full = layers - sliding
+    if full == 0 or sliding == 0:
+        return full, sliding
+    group = min(full, sliding)
+    return math.ceil(full / group) * group, math.ceil(sliding / group) * group
+
+
+def kv_bytes_per_token(m: ModelArchitecture, tp: int, pp: int, dtype: KVCacheDtype) -> int:
+    """Bytes one token costs on the busiest GPU if every layer keeps it (the figure vLLM divides by)."""
+    full, sliding = stage_layer_split(m, pp)
+    return kv_bytes_per_token_per_layer(m, tp, dtype) * (full + sliding)
+
+
+def kv_bytes_per_request(
+    m: ModelArchitecture,
+    tp: int,
+    pp: int,
+    dtype: KVCacheDtype,
+    *,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    block_size: int,
+) -> int:
+    """KV bytes one request of ``max_model_len`` tokens pins on the busiest GPU."""
+    full, sliding = stage_layer_split(m, pp)
+    block_bytes = kv_bytes_per_token_per_layer(m, tp, dtype) * block_size
+    full_blocks = math.ceil(max_model_len / block_size)
+    total = full * full_blocks * block_bytes
+    if sliding and m.sliding_window:
+        window_tokens = min(m.sliding_window - 1 + max_num_batched_tokens, max_model_len)
+        total += sliding * (math.ceil(window_tokens / block_size) + 1) * block_bytes
+    return total
+
+
+def largest_len_that_fits(
+    m: ModelArchitecture,
+    tp: int,
+    pp: int,
+    dtype: KVCacheDtype,
+    *,
+    available_bytes: float,
+    max_num_batched_tokens: int,
+    block_size: int,
+    limit: int,
+) -> int:
+    """The largest max_model_len (≤ limit) whose single request fits in ``available_bytes`` (0 if none)."""
+
+    def fits(length: int) -> bool:
+        return kv_bytes_per_request(m, tp, pp, dtype, max_model_len=length,
+                                    max_num_batched_tokens=max_num_batched_tokens,
+                                    block_size=block_size) <= available_bytes
+
+    if available_bytes <= 0 or not fits(1):
+        return 0
+    low, high = 1, limit
+    if fits(high):
+        return high
+    while high - low > 1:  # invariant: fits(low) and not fits(high)
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low

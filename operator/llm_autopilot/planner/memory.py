@@ -1,0 +1,224 @@
+"""The vLLM memory model: what one configuration leaves for the KV cache on the busiest GPU.
+
+vLLM (V1 engine) sizes the KV cache as::
+
+    budget    = total_gpu_memory x gpu_memory_utilization
+    available = budget - weights - activation_peak - non_torch - cuda_graphs
+    tokens    = available // bytes_per_token   (in whole blocks)
+
+``activation_peak`` is the transient peak of the profile run (a forward pass over
+``max_num_batched_tokens`` tokens, then a sampler warm-up over ``max_num_seqs`` rows of logits);
+``non_torch`` is memory outside PyTorch's allocator (CUDA context growth, NCCL and custom
+all-reduce buffers, growing with TP); CUDA graphs are estimated and subtracted since vLLM 0.21,
+earlier they were captured after sizing, outside the budget. The constants below were fitted to
+the figures vLLM prints (tests/data/golden_vllm_logs.json).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llm_autopilot.domain.precision import GIB
+from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.planner.kv_cache import (
+    kv_bytes_per_request,
+    kv_bytes_per_token,
+    largest_len_that_fits,
+)
+from llm_autopilot.planner.weights import ACTIVATION_DTYPE_BYTES, weight_bytes_per_gpu
+
+MIB = 1024**2
+
+# Activation peak of the profile forward pass, in 16-bit elements per token: the residual
+# stream and norm outputs (~6 x hidden), the QKV projection output, and the dense MLP's gate/up
+# output plus the activated product (3 x intermediate per rank).
+_HIDDEN_COPIES = 6
+_MLP_COPIES = 3
+# The sampler warm-up over max_num_seqs rows of float32 logits (full vocabulary on every rank)
+# peaks at ~15.5 bytes per logit: the logits and three same-sized temporaries (fitted: Llama-3.1-8B,
+# Qwen2.5-7B, Gemma 2/3 at 1024 sequences, vLLM 0.19).
+_SAMPLER_BYTES_PER_LOGIT = 15.5
+
+# Memory outside PyTorch's allocator: CUDA context growth on one GPU; with TP, NCCL and the custom
+# all-reduce buffers add about 2 GiB (fitted: 2.07-2.21 GiB at TP 2 and 4, 0.24-0.27 GiB at TP 1).
+_NON_TORCH_SINGLE_GPU = 0.25 * GIB
+_NON_TORCH_MULTI_GPU_BASE = 2.0 * GIB
+_NON_TORCH_PER_RANK = 0.04 * GIB
+
+# CUDA graphs: a fixed pool plus a per-layer cost for each captured batch size (fitted on vLLM's
+# own estimates: 0.61-1.09 GiB for 24-42 layers, 1.05-1.24 GiB for 48-62, 1.6-1.8 GiB for 80; the
+# fit leans high, which only costs KV cache).
+_CUDA_GRAPH_BASE = 0.45 * GIB
+_CUDA_GRAPH_PER_LAYER_PER_SIZE = 0.237 * MIB
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per GPU, for the busiest GPU, in bytes (``*_gib`` properties for display)."""
+
+    total_bytes: float
+    budget_bytes: float
+    weights_bytes: float
+    activation_peak_bytes: float
+    non_torch_bytes: float
+    cuda_graph_bytes: float
+    kv_cache_bytes: float  # negative when the budget is overdrawn
+    kv_bytes_per_token: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    max_model_len_capacity: int
+    max_model_len: int
+    problems: tuple[str, ...] = field(default=())
+
+    @property
+    def fits(self) -> bool:
+        return not self.problems
+
+    def gib(self, value: float) -> float:
+        return round(value / GIB, 2)
+
+    def as_dict(self) -> dict[str, float | int | bool | list[str]]:
+        """The ``estimate`` JSON contract (keys are stable; external benchmarks read them)."""
+        return {
+            "gpu_total_gib": self.gib(self.total_bytes),
+            "budget_gib": self.gib(self.budget_bytes),
+            "weights_gib": self.gib(self.weights_bytes),
+            "activation_peak_gib": self.gib(self.activation_peak_bytes),
+            "non_torch_gib": self.gib(self.non_torch_bytes),
+            "cuda_graph_gib": self.gib(self.cuda_graph_bytes),
+            "kv_cache_gib": self.gib(self.kv_cache_bytes),
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrency": round(self.max_concurrency, 2),
+            "max_model_len": self.max_model_len,
+            "max_model_len_capacity": self.max_model_len_capacity,
+            "fits": self.fits,
+            "problems": list(self.problems),
+        }
+
+
+def activation_peak_bytes(c: ServingConfig) -> float:
+    """Peak of the profile run: the larger of the forward pass and the sampler warm-up.
+
+    Fused MoE kernels keep an intermediate cache of ``tokens x top_k x (2 x intermediate / tp + hidden)``
+    that is still held when the sampler runs.
+    """
+    m, tp = c.model, c.tensor_parallel_size
+    kv_heads_per_rank = max(1, m.num_kv_heads // tp)
+    qkv = (m.num_attention_heads // tp + 2 * kv_heads_per_rank) * m.head_dim
+    per_token: float = _HIDDEN_COPIES * m.hidden_size + qkv
+    moe_workspace = 0.0
+    if m.moe is None:
+        per_token += _MLP_COPIES * m.intermediate_size / tp
+    else:
+        e = m.moe
+        moe_workspace = (c.max_num_batched_tokens * e.experts_per_token
+                         * (2 * e.expert_intermediate_size / tp + m.hidden_size) * ACTIVATION_DTYPE_BYTES)
+    forward = c.max_num_batched_tokens * per_token * ACTIVATION_DTYPE_BYTES
+    sampler = c.max_num_seqs * m.vocab_size * _SAMPLER_BYTES_PER_LOGIT
+    return max(forward, sampler) + moe_workspace
+
+
+def non_torch_bytes(c: ServingConfig) -> float:
+    if c.tensor_parallel_size == 1:  # pipeline stages only exchange activations point to point
+        return _NON_TORCH_SINGLE_GPU
+    return _NON_TORCH_MULTI_GPU_BASE + _NON_TORCH_PER_RANK * c.tensor_parallel_size
+
+
+def cuda_graph_capture_sizes(max_num_seqs: int) -> int:
+    """How many batch sizes vLLM captures: 1, 2, 4, then every 8 up to min(2 x max_num_seqs, 512)."""
+    largest = min(2 * max_num_seqs, 512)
+    return 3 + max(0, largest // 8)
+
+
+def cuda_graph_bytes(c: ServingConfig) -> float:
+    if c.enforce_eager:
+        return 0.0
+    layers = -(-c.model.num_layers // c.pipeline_parallel_size)
+    return _CUDA_GRAPH_BASE + layers * cuda_graph_capture_sizes(c.max_num_seqs) * _CUDA_GRAPH_PER_LAYER_PER_SIZE
+
+
+def structural_problems(c: ServingConfig) -> list[str]:
+    """Configurations vLLM refuses before it looks at memory."""
+    m, tp, pp = c.model, c.tensor_parallel_size, c.pipeline_parallel_size
+    problems = []
+    if tp < 1 or pp < 1:
+        problems.append("tensor and pipeline parallel sizes must be at least 1")
+        return problems
+    if m.num_attention_heads % tp:
+        problems.append(f"{m.num_attention_heads} attention heads are not divisible by tensor parallel size {tp}")
+    if m.mla is None and m.num_kv_heads < tp and tp % m.num_kv_heads:
+        problems.append(f"tensor parallel size {tp} is not a multiple of the {m.num_kv_heads} KV heads")
+    if m.mla is None and m.num_kv_heads >= tp and m.num_kv_heads % tp:
+        problems.append(f"{m.num_kv_heads} KV heads are not divisible by tensor parallel size {tp}")
+    if pp > m.num_layers:
+        problems.append(f"pipeline parallel size {pp} exceeds the {m.num_layers} layers")
+    if not 0 < c.gpu_memory_utilization <= 1:
+        problems.append(f"gpu_memory_utilization must be in (0, 1], got {c.gpu_memory_utilization}")
+    if c.max_model_len < 1:
+        problems.append("max_model_len must be at least 1")
+    if c.max_num_seqs < 1 or c.max_num_batched_tokens < 1:
+        problems.append("max_num_seqs and max_num_batched_tokens must be at least 1")
+    elif c.max_num_batched_tokens < c.max_num_seqs:
+        problems.append(f"max_num_batched_tokens ({c.max_num_batched_tokens}) must be at least "
+                        f"max_num_seqs ({c.max_num_seqs})")
+    return problems
+
+
+def estimate(c: ServingConfig) -> MemoryEstimate:
+    """Evaluate one configuration the way vLLM sizes its KV cache at startup."""
+    m, tp, pp = c.model, c.tensor_parallel_size, c.pipeline_parallel_size
+    problems = structural_problems(c)
+    if problems:
+        return MemoryEstimate(c.gpu.total_bytes, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, c.max_model_len,
+                              tuple(problems))
+    total = float(c.gpu.total_bytes)
+    budget = total * c.gpu_memory_utilization
+    weights = weight_bytes_per_gpu(m, c.weight_format, tp, pp)
+    activation = activation_peak_bytes(c)
+    non_torch = non_torch_bytes(c)
+    graphs = cuda_graph_bytes(c)
+    graphs_in_budget = graphs if c.vllm.cuda_graphs_in_budget else 0.0
+    available = budget - weights - activation - non_torch - graphs_in_budget
+
+    per_token = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype)
+    block = per_token * c.block_size
+    tokens = int(max(available, 0) // block) * c.block_size if block else 0
+    per_request = kv_bytes_per_request(m, tp, pp, c.kv_cache_dtype, max_model_len=c.max_model_len,
+                                       max_num_batched_tokens=c.max_num_batched_tokens,
+                                       block_size=c.block_size)
+    concurrency = max(available, 0) / per_request if per_request else 0.0
+    capacity = largest_len_that_fits(m, tp, pp, c.kv_cache_dtype, available_bytes=available,
+                                     max_num_batched_tokens=c.max_num_batched_tokens,
+                                     block_size=c.block_size, limit=m.max_position_embeddings)
+
+    if weights > budget:
+        problems.append(f"weights need {weights / GIB:.1f} GiB per GPU but the budget is "
+                        f"{budget / GIB:.1f} GiB ({c.gpu_memory_utilization:g} x {total / GIB:.1f} GiB)")
+    elif available <= 0:
+        problems.append(f"no memory left for the KV cache: the budget of {budget / GIB:.1f} GiB is overdrawn "
+                        f"by {-available / GIB:.1f} GiB")
+    elif capacity < c.max_model_len:
+        problems.append(f"max_model_len {c.max_model_len} needs {per_request / GIB:.2f} GiB of KV cache but "
+                        f"{available / GIB:.2f} GiB is available; the largest that fits is {capacity}")
+    if c.max_model_len > m.max_position_embeddings:
+        problems.append(f"max_model_len {c.max_model_len} exceeds the model's maximum "
+                        f"{m.max_position_embeddings}")
+    if not c.vllm.cuda_graphs_in_budget and graphs > total - budget:
+        problems.append(f"CUDA graphs need about {graphs / GIB:.2f} GiB outside the budget, but only "
+                        f"{(total - budget) / GIB:.2f} GiB is left; lower gpu_memory_utilization or enforce eager")
+    return MemoryEstimate(
+        total_bytes=total,
+        budget_bytes=budget,
+        weights_bytes=weights,
+        activation_peak_bytes=activation,
+        non_torch_bytes=non_torch,
+        cuda_graph_bytes=graphs,
+        kv_cache_bytes=available,
+        kv_bytes_per_token=per_token,
+        kv_cache_tokens=tokens,
+        max_concurrency=concurrency,
+        max_model_len_capacity=capacity,
+        max_model_len=c.max_model_len,
+        problems=tuple(problems),
+    )

@@ -1,0 +1,90 @@
+"""What the planner is asked, and what it answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.domain.gpu import GPUSpec
+from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
+from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.planner.memory import MemoryEstimate
+from llm_autopilot.vllm.versions import VLLMBehaviour
+
+#: Context lengths the planner never goes below unless told to (or the model is shorter).
+DEFAULT_MIN_MAX_MODEL_LEN = 8192
+#: The planner leaves this share of the estimated KV cache unused, for the estimate's own error...
+KV_HEADROOM = 0.05
+#: ...and at least this share of the whole memory budget.
+BUDGET_HEADROOM = 0.02
+
+
+@dataclass(frozen=True)
+class Targets:
+    """What the user asks for. ``None`` means "not said": the planner picks and says why."""
+
+    max_model_len: int | None = None
+    min_max_model_len: int | None = None
+    concurrency: int | None = None
+    allowed_weight_formats: tuple[WeightFormat, ...] = (WeightFormat.NONE,)
+    allowed_kv_cache_dtypes: tuple[KVCacheDtype, ...] = (KVCacheDtype.AUTO,)
+    max_gpus: int = 8
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool = False
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: ModelArchitecture
+    gpu: GPUSpec
+    vllm: VLLMBehaviour
+    targets: Targets = field(default_factory=Targets)
+    #: architectures of pre-quantized variants, when known (else derived from the base model)
+    variant_models: dict[WeightFormat, ModelArchitecture] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One decision and why, e.g. ``Reason("tensorParallelSize", "2", "1 x L4 leaves no KV cache")``."""
+
+    field: str
+    value: str
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.field}={self.value}: {self.why}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    config: ServingConfig
+    estimate: MemoryEstimate
+    served_model_id: str
+    reasons: tuple[Reason, ...]
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def feasible(self) -> bool:
+        return True
+
+    @property
+    def summary(self) -> str:
+        return f"{self.config.num_gpus} x {self.config.gpu.display_name}"
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    """Nothing fits the constraints; ``message`` names the smallest change that would."""
+
+    message: str
+    suggestions: tuple[str, ...] = ()
+    closest: MemoryEstimate | None = None
+
+    @property
+    def feasible(self) -> bool:
+        return False
+
+
+PlanResult = Plan | Infeasible

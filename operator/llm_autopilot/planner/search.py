@@ -1,0 +1,381 @@
+"""Search for the cheapest vLLM deployment that fits.
+
+Order of preference: fewest GPUs (power-of-two tensor parallel sizes the model allows), then best
+quality (unquantized > FP8 > 4-bit weights; model-dtype KV > fp8 KV), then the longest
+``max_model_len`` within [minimum, desired] that still serves the expected concurrency.
+When nothing fits, the answer names the smallest change that would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from llm_autopilot.domain.architecture import CheckpointQuantization, ModelArchitecture
+from llm_autopilot.domain.precision import GIB, KVCacheDtype, WeightFormat
+from llm_autopilot.planner.config import ServingConfig, weights_label
+from llm_autopilot.planner.kv_cache import largest_len_that_fits
+from llm_autopilot.planner.memory import MemoryEstimate, estimate, structural_problems
+from llm_autopilot.planner.plan import (
+    BUDGET_HEADROOM,
+    DEFAULT_MIN_MAX_MODEL_LEN,
+    KV_HEADROOM,
+    Infeasible,
+    Plan,
+    PlanRequest,
+    PlanResult,
+    Reason,
+    Targets,
+)
+from llm_autopilot.planner.weights import total_parameters
+
+#: Largest tensor-parallel size the suggestions consider (one node of 8 GPUs is the common case).
+_SUGGESTION_MAX_GPUS = 8
+_LEN_ROUNDING = 256
+
+
+@dataclass(frozen=True)
+class WeightOption:
+    """One way to hold the weights: the checkpoint served and the format its linears end up in."""
+
+    weight_format: WeightFormat
+    model: ModelArchitecture
+    served_model_id: str
+    note: str
+
+    @property
+    def label(self) -> str:
+        return weights_label(self.model, self.weight_format)
+
+    @property
+    def rank(self) -> tuple[int, int]:
+        online = self.weight_format is not self.model.weight_format
+        return (self.weight_format.quality_rank, 1 if online else 0)
+
+
+def _variant_architecture(req: PlanRequest, fmt: WeightFormat, model_id: str) -> ModelArchitecture:
+    known = req.variant_models.get(fmt)
+    if known is not None:
+        return known
+    bits = 8 if fmt is WeightFormat.FP8 else 4
+    group = 0 if fmt is WeightFormat.FP8 else 128
+    return dataclasses.replace(
+        req.model, model_id=model_id, checkpoint_bytes=None, variants={},
+        quantization=CheckpointQuantization(fmt.value, fmt, bits, group),
+    )
+
+
+def weight_options(req: PlanRequest, allowed: tuple[WeightFormat, ...]) -> list[WeightOption]:
+    """Every way to hold the weights that ``allowed`` permits, best quality first."""
+    base = req.model
+    native = base.weight_format
+    options = [WeightOption(native, base, base.model_id,
+                            "as published" if native is WeightFormat.NONE else f"{native} checkpoint as published")]
+    for fmt in allowed:
+        if fmt is WeightFormat.NONE or fmt is native:
+            continue
+        variant_id = base.variants.get(fmt)
+        if variant_id:
+            options.append(WeightOption(fmt, _variant_architecture(req, fmt, variant_id), variant_id,
+                                        f"pre-quantized checkpoint {variant_id}"))
+        elif fmt is WeightFormat.FP8 and native is WeightFormat.NONE:
+            options.append(WeightOption(fmt, base, base.model_id, "quantized to FP8 by vLLM while loading"))
+    supported = [o for o in options if req.gpu.supports_weight_format(o.weight_format)]
+    return sorted(supported, key=lambda o: o.rank)
+
+
+def _tensor_parallel_sizes(model: ModelArchitecture, max_gpus: int) -> Iterator[int]:
+    tp = 1
+    while tp <= max_gpus:
+        yield tp
+        tp *= 2
+
+
+def _length_bounds(req: PlanRequest) -> tuple[int, int]:
+    t, model_max = req.targets, req.model.max_position_embeddings
+    desired = t.max_model_len or model_max
+    minimum = t.min_max_model_len or (desired if t.max_model_len else min(desired, DEFAULT_MIN_MAX_MODEL_LEN))
+    return desired, min(minimum, desired)
+
+
+def _batch_settings(req: PlanRequest) -> tuple[int, int, str, str]:
+    t = req.targets
+    defaults = req.vllm.batch_defaults(req.gpu)
+    gib = f"{req.gpu.total_gib:.0f} GiB"
+    if t.max_num_seqs:
+        seqs, seqs_why = t.max_num_seqs, "set in the spec"
+    elif t.concurrency:
+        seqs = min(defaults.max_num_seqs, max(16, 2 * t.concurrency))
+        seqs_why = (f"twice the expected concurrency ({t.concurrency}) leaves room for bursts and keeps the "
+                    f"sampler warm-up smaller than vLLM's default {defaults.max_num_seqs}")
+        if seqs == defaults.max_num_seqs:
+            seqs_why = f"vLLM {req.vllm.version}'s default for a {gib} GPU covers twice the expected concurrency"
+    else:
+        seqs, seqs_why = defaults.max_num_seqs, f"vLLM {req.vllm.version}'s default for a {gib} GPU"
+    if t.max_num_batched_tokens:
+        tokens, tokens_why = t.max_num_batched_tokens, "set in the spec"
+    else:
+        tokens = defaults.max_num_batched_tokens
+        tokens_why = f"vLLM {req.vllm.version}'s default for a {gib} GPU (chunked prefill)"
+    return seqs, max(tokens, seqs), seqs_why, tokens_why
+
+
+def _config(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, tp: int, length: int) -> ServingConfig:
+    t = req.targets
+    seqs, tokens, _, _ = _batch_settings(req)
+    return ServingConfig(
+        model=option.model,
+        gpu=req.gpu,
+        vllm=req.vllm,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=1,
+        gpu_memory_utilization=t.gpu_memory_utilization or req.vllm.default_gpu_memory_utilization,
+        max_model_len=length,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        weight_format=option.weight_format,
+        kv_cache_dtype=kv,
+        enforce_eager=t.enforce_eager,
+    )
+
+
+def _longest_len(cfg: ServingConfig, probe: MemoryEstimate, desired: int, concurrency: int) -> int:
+    """Longest length ≤ desired whose ``concurrency`` requests fit in the KV cache less the headroom.
+
+    The headroom covers the estimate's own error: a share of the KV cache, and at least a share of
+    the whole budget, so that a plan never depends on the last few hundred MiB.
+    """
+    headroom = max(probe.kv_cache_bytes * KV_HEADROOM, probe.budget_bytes * BUDGET_HEADROOM)
+    usable = (probe.kv_cache_bytes - headroom) / concurrency
+    fitting = largest_len_that_fits(cfg.model, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
+                                    cfg.kv_cache_dtype, available_bytes=usable,
+                                    max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                    block_size=cfg.block_size, limit=desired)
+    if fitting >= desired:
+        return desired
+    return fitting - fitting % _LEN_ROUNDING if fitting > _LEN_ROUNDING else fitting
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    option: WeightOption
+    kv: KVCacheDtype
+    tp: int
+    config: ServingConfig
+    estimate: MemoryEstimate
+
+
+def _try(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, tp: int, concurrency: int) -> _Candidate | None:
+    desired, minimum = _length_bounds(req)
+    probe_cfg = _config(req, option, kv, tp, minimum)
+    if structural_problems(probe_cfg):
+        return None
+    probe = estimate(probe_cfg)
+    if not probe.fits:
+        return None
+    length = _longest_len(probe_cfg, probe, desired, concurrency)
+    if length < minimum:
+        return None
+    cfg = dataclasses.replace(probe_cfg, max_model_len=length)
+    result = estimate(cfg)
+    return _Candidate(option, kv, tp, cfg, result) if result.fits else None
+
+
+def _kv_options(req: PlanRequest, allowed: tuple[KVCacheDtype, ...]) -> list[KVCacheDtype]:
+    return sorted((kv for kv in set(allowed) if req.gpu.supports_kv_cache_dtype(kv)), key=lambda k: k.quality_rank)
+
+
+def _search(req: PlanRequest, *, max_gpus: int, formats: tuple[WeightFormat, ...],
+            kv_dtypes: tuple[KVCacheDtype, ...], concurrency: int) -> _Candidate | None:
+    options = weight_options(req, formats)
+    kvs = _kv_options(req, kv_dtypes)
+    for tp in _tensor_parallel_sizes(req.model, max_gpus):
+        for option in options:
+            for kv in kvs:
+                found = _try(req, option, kv, tp, concurrency)
+                if found:
+                    return found
+    return None
+
+
+def plan(req: PlanRequest) -> PlanResult:
+    """The cheapest deployment that fits, with a reason for every choice, or why none does."""
+    t = req.targets
+    problem = _invalid_targets(req) or _unsupported(req)
+    if problem:
+        return Infeasible(problem)
+    wanted = t.concurrency or 1
+    found = _search(req, max_gpus=t.max_gpus, formats=t.allowed_weight_formats,
+                    kv_dtypes=t.allowed_kv_cache_dtypes, concurrency=wanted)
+    warnings: list[str] = []
+    if found is None and wanted > 1:
+        found = _search(req, max_gpus=t.max_gpus, formats=t.allowed_weight_formats,
+                        kv_dtypes=t.allowed_kv_cache_dtypes, concurrency=1)
+        if found is not None:
+            warnings.append(
+                f"only {found.estimate.max_concurrency:.1f} concurrent sequences of {found.config.max_model_len} "
+                f"tokens fit (expected concurrency {wanted}); allow more GPUs, fp8 KV cache or a shorter "
+                "minimum maxModelLen to serve more"
+            )
+    if found is None:
+        return _explain_infeasible(req)
+    return Plan(found.config, found.estimate, found.option.served_model_id,
+                tuple(_reasons(req, found)), tuple(warnings))
+
+
+def _invalid_targets(req: PlanRequest) -> str | None:
+    t, m = req.targets, req.model
+    if t.max_gpus < 1:
+        return "maxGPUs must be at least 1"
+    if t.max_model_len and t.max_model_len > m.max_position_embeddings:
+        return (f"maxModelLen {t.max_model_len} exceeds {m.model_id}'s maximum context of "
+                f"{m.max_position_embeddings} tokens")
+    if t.min_max_model_len and t.max_model_len and t.min_max_model_len > t.max_model_len:
+        return f"minMaxModelLen {t.min_max_model_len} is larger than maxModelLen {t.max_model_len}"
+    if t.gpu_memory_utilization is not None and not 0 < t.gpu_memory_utilization <= 1:
+        return f"gpuMemoryUtilization must be in (0, 1], got {t.gpu_memory_utilization}"
+    return None
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:.1f} GiB"
+
+
+def _first_problem(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, tp: int) -> str:
+    _, minimum = _length_bounds(req)
+    cfg = _config(req, option, kv, tp, minimum)
+    problems = estimate(cfg).problems
+    return problems[0] if problems else f"it cannot serve {req.targets.concurrency or 1} sequences"
+
+
+def _reasons(req: PlanRequest, c: _Candidate) -> list[Reason]:
+    gpu = req.gpu.display_name
+    cfg, est, t = c.config, c.estimate, req.targets
+    reasons = []
+    if c.tp == 1:
+        reasons.append(Reason("tensorParallelSize", "1", f"fits on a single {gpu}"))
+    else:
+        smaller = c.tp // 2
+        best = weight_options(req, t.allowed_weight_formats)[-1]
+        kv = _kv_options(req, t.allowed_kv_cache_dtypes)[-1]
+        reasons.append(Reason("tensorParallelSize", str(c.tp),
+                              f"{smaller} x {gpu} does not fit even with {best.label} weights and "
+                              f"{kv} KV cache: {_first_problem(req, best, kv, smaller)}"))
+    options = weight_options(req, t.allowed_weight_formats)
+    if c.option == options[0]:
+        reasons.append(Reason("weights", c.option.label, f"{c.option.note}; the best quality allowed"))
+    else:
+        reasons.append(Reason("weights", c.option.label,
+                              f"{c.option.note}; better formats do not fit on {c.tp} x {gpu}: "
+                              f"{_first_problem(req, options[0], KVCacheDtype.AUTO, c.tp)}"))
+    if c.kv is KVCacheDtype.AUTO:
+        reasons.append(Reason("kvCacheDtype", "auto", "the model's own dtype; the best quality"))
+    else:
+        reasons.append(Reason("kvCacheDtype", "fp8", "the model-dtype KV cache does not hold the target length "
+                                                     "and concurrency; fp8 halves the bytes per token"))
+    desired, minimum = _length_bounds(req)
+    if cfg.max_model_len == desired:
+        why = "the desired length" if t.max_model_len else "the model's full context"
+    else:
+        why = (f"the longest that fits {t.concurrency or 1} sequence(s) in the {_gib(est.kv_cache_bytes)} KV cache "
+               f"with headroom for estimate error (desired {desired}, minimum {minimum})")
+    reasons.append(Reason("maxModelLen", str(cfg.max_model_len), why))
+    pinned = t.gpu_memory_utilization is not None
+    reasons.append(Reason("gpuMemoryUtilization", f"{cfg.gpu_memory_utilization:g}",
+                          "set in the spec" if pinned else f"vLLM {req.vllm.version}'s default"))
+    _, _, seqs_why, tokens_why = _batch_settings(req)
+    reasons.append(Reason("maxNumSeqs", str(cfg.max_num_seqs), seqs_why))
+    reasons.append(Reason("maxNumBatchedTokens", str(cfg.max_num_batched_tokens), tokens_why))
+    reasons.append(Reason("enforceEager", str(cfg.enforce_eager).lower(),
+                          "set in the spec: no CUDA graphs" if cfg.enforce_eager
+                          else f"CUDA graphs on (about {_gib(est.cuda_graph_bytes)} per GPU)"))
+    return reasons
+
+
+def _explain_infeasible(req: PlanRequest) -> Infeasible:
+    t, gpu = req.targets, req.gpu.display_name
+    m = req.model
+    size = f"{total_parameters(m) / 1e9:.0f}B" if total_parameters(m) >= 1e9 else f"{total_parameters(m) / 1e6:.0f}M"
+    _, minimum = _length_bounds(req)
+    options = weight_options(req, t.allowed_weight_formats)
+    kvs = _kv_options(req, t.allowed_kv_cache_dtypes)
+    closest_tp = _largest_valid_tp(req, t.max_gpus)
+    closest = estimate(_config(req, options[-1], kvs[-1], closest_tp, minimum)) if options and kvs else None
+    why = closest.problems[0] if closest and closest.problems else "no tensor parallel size is valid"
+    suggestions = _suggestions(req, minimum)
+    head = (f"{m.model_id} ({size}) does not fit on {t.max_gpus} x {gpu} with maxModelLen >= {minimum}: {why}")
+    message = head + (". " + "; or ".join(suggestions) if suggestions else
+                      f". It does not fit on up to {_SUGGESTION_MAX_GPUS} x {gpu} with any quantization either")
+    return Infeasible(message, tuple(suggestions), closest)
+
+
+def _native_option(req: PlanRequest) -> WeightOption:
+    return WeightOption(req.model.weight_format, req.model, req.model.model_id, "as published")
+
+
+def _largest_valid_tp(req: PlanRequest, max_gpus: int) -> int:
+    native = _native_option(req)
+    valid = [tp for tp in _tensor_parallel_sizes(req.model, max_gpus)
+             if not structural_problems(_config(req, native, KVCacheDtype.AUTO, tp, 1))]
+    return valid[-1] if valid else 1
+
+
+def _unsupported(req: PlanRequest) -> str | None:
+    """The GPU cannot run any allowed weight format, or any allowed KV-cache dtype."""
+    gpu, t = req.gpu, req.targets
+    if not weight_options(req, t.allowed_weight_formats):
+        return (f"{req.model.model_id} is a {req.model.weight_format} checkpoint, which vLLM cannot run on "
+                f"{gpu.display_name} (compute capability {gpu.compute_capability}); allow another quantization "
+                "with a variant checkpoint, or choose a newer GPU")
+    if not _kv_options(req, t.allowed_kv_cache_dtypes):
+        return (f"{gpu.display_name} (compute capability {gpu.compute_capability}) cannot hold an fp8 KV cache; "
+                "add auto to allowedKVCacheDtypes")
+    return None
+
+
+def _suggestions(req: PlanRequest, minimum: int) -> list[str]:
+    """The smallest changes that make it fit: more GPUs and/or more quantization, or a shorter minimum."""
+    t, gpu = req.targets, req.gpu.display_name
+    suggestions: list[str] = []
+    widest = max(_SUGGESTION_MAX_GPUS, t.max_gpus)
+    same_quality = _search(req, max_gpus=widest, formats=t.allowed_weight_formats,
+                           kv_dtypes=t.allowed_kv_cache_dtypes, concurrency=1)
+    any_quality = _search(req, max_gpus=widest, formats=tuple(WeightFormat), kv_dtypes=tuple(KVCacheDtype),
+                          concurrency=1)
+    for found in (same_quality, any_quality):
+        if found is None or (found is any_quality and same_quality and same_quality.tp <= found.tp):
+            continue
+        needs = f"needs at least {found.tp} x {gpu} with {found.option.label} weights"
+        if found.kv is KVCacheDtype.FP8:
+            needs += " and fp8 KV cache"
+        changes = []
+        if found.tp > t.max_gpus:
+            changes.append(f"maxGPUs is {t.max_gpus}")
+        if found.option.weight_format not in (*t.allowed_weight_formats, req.model.weight_format):
+            changes.append(f"add {found.option.weight_format} to allowedQuantizations: {found.option.note}")
+        if found.kv not in t.allowed_kv_cache_dtypes:
+            changes.append("add fp8 to allowedKVCacheDtypes")
+        suggestions.append(f"{needs} ({'; '.join(changes)})" if changes else needs)
+    best_len = 0
+    for tp in _tensor_parallel_sizes(req.model, t.max_gpus):
+        for option in weight_options(req, t.allowed_weight_formats):
+            for kv in _kv_options(req, t.allowed_kv_cache_dtypes):
+                cfg = _config(req, option, kv, tp, 1)
+                if structural_problems(cfg):
+                    continue
+                probe = estimate(cfg)
+                if probe.kv_cache_bytes > 0:
+                    best_len = max(best_len, _longest_len(cfg, probe, minimum, 1))
+    if 0 < best_len < minimum:
+        suggestions.append(f"lower minMaxModelLen to {best_len} (the longest that fits on {t.max_gpus} x {gpu})")
+    return suggestions
+
+
+def cheapest_gpu_count(req: PlanRequest) -> int | None:
+    """GPUs the plan needs (None when infeasible); for quick what-if questions."""
+    result = plan(req)
+    return result.config.num_gpus if isinstance(result, Plan) else None
+
+
+__all__ = ["Targets", "WeightOption", "cheapest_gpu_count", "plan", "weight_options"]

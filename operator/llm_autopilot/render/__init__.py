@@ -1,0 +1,1 @@
+"""Pure builders: plan -> ``vllm serve`` argument list (and, later, Kubernetes objects)."""

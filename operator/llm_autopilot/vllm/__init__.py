@@ -1,0 +1,1 @@
+"""What we know about each vLLM release: defaults, accepted flags, spelling of options."""
