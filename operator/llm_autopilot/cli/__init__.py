@@ -1,0 +1,1 @@
+"""Shell: the ``llm-autopilot`` command line."""

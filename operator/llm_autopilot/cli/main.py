@@ -1,0 +1,292 @@
+"""``llm-autopilot``: plan and estimate vLLM deployments from the command line.
+
+User mistakes end in a one-line ``error: ...`` and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from llm_autopilot.api.crd import render as render_crd
+from llm_autopilot.catalog.gpus import GPUS, UnknownGPUError, find_gpu
+from llm_autopilot.catalog.hf_config import ModelConfigError, parse_hf_config
+from llm_autopilot.catalog.models import catalog_models
+from llm_autopilot.cli.format import dump, memory_table, plan_dict, plan_table
+from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.domain.gpu import GPUSpec
+from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
+from llm_autopilot.hub.client import ModelFetchError, load_local
+from llm_autopilot.hub.resolve import ModelResolutionError, resolve_model
+from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.planner.memory import estimate
+from llm_autopilot.planner.plan import PlanRequest, Targets
+from llm_autopilot.planner.search import plan as make_plan
+from llm_autopilot.planner.weights import total_parameters
+from llm_autopilot.render.vllm_args import ServeOptions
+from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, VersionError, VLLMVersion, behaviour_of
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+USER_ERRORS = (ModelResolutionError, ModelFetchError, ModelConfigError, UnknownGPUError, VersionError, ValueError)
+
+# vLLM --quantization spellings (and ours) -> how the weights sit in memory
+_QUANTIZATION_FORMATS: dict[str, WeightFormat] = {
+    "none": WeightFormat.NONE, "bf16": WeightFormat.NONE, "fp16": WeightFormat.NONE,
+    "fp8": WeightFormat.FP8, "fp8_per_tensor": WeightFormat.FP8, "fp8_per_block": WeightFormat.FP8,
+    "fp8_per_channel": WeightFormat.FP8, "fbgemm_fp8": WeightFormat.FP8, "modelopt": WeightFormat.FP8,
+    "awq": WeightFormat.AWQ, "awq_marlin": WeightFormat.AWQ,
+    "gptq": WeightFormat.GPTQ, "gptq_marlin": WeightFormat.GPTQ,
+    "mxfp4": WeightFormat.MXFP4, "gpt_oss_mxfp4": WeightFormat.MXFP4,
+    "nvfp4": WeightFormat.NVFP4, "modelopt_fp4": WeightFormat.NVFP4,
+}
+_KV_DTYPES = {"auto": KVCacheDtype.AUTO, "bfloat16": KVCacheDtype.AUTO, "float16": KVCacheDtype.AUTO,
+              "fp8": KVCacheDtype.FP8, "fp8_e4m3": KVCacheDtype.FP8, "fp8_e5m2": KVCacheDtype.FP8}
+
+
+def fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(2)
+
+
+def _load_model(model: str | None, model_config: str | None, revision: str | None = None) -> ModelArchitecture:
+    if bool(model) == bool(model_config):
+        fail("give exactly one of --model ID or --model-config PATH")
+    if model_config:
+        files = load_local(model_config)
+        model_id = str(files.config.get("_model_id") or files.config.get("_name_or_path") or model_config)
+        return parse_hf_config(files.config, model_id, checkpoint_bytes=files.checkpoint_bytes)
+    assert model is not None
+    return resolve_model(model, revision=revision)
+
+
+def _load_gpu(gpu: str | None, memory_gib: float | None, compute_capability: str) -> GPUSpec:
+    if bool(gpu) == (memory_gib is not None):
+        fail("give exactly one of --gpu NAME or --gpu-memory-gib FLOAT")
+    if gpu:
+        return find_gpu(gpu)
+    assert memory_gib is not None
+    if memory_gib <= 0:
+        fail("--gpu-memory-gib must be positive")
+    return GPUSpec.custom(memory_gib, compute_capability)
+
+
+def _csv(values: tuple[str, ...]) -> list[str]:
+    return [part.strip().lower() for value in values for part in value.split(",") if part.strip()]
+
+
+def model_options(func: F) -> F:
+    func = click.option("--revision", help="Hub revision (with --model).")(func)
+    func = click.option("--model-config", type=click.Path(), help="A config.json file or a folder holding one.")(func)
+    func = click.option("--model", help="Hugging Face id (built-in catalog first, then the Hub).")(func)
+    return func
+
+
+def gpu_options(func: F) -> F:
+    func = click.option("--compute-capability", default="9.0", show_default=True,
+                        help="With --gpu-memory-gib.")(func)
+    func = click.option("--gpu-memory-gib", type=float, help="Total memory of one GPU as torch reports it.")(func)
+    func = click.option("--gpu", help="GPU from the catalog (see `catalog gpus`).")(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="llm-autopilot")
+def cli() -> None:
+    """Plan vLLM deployments that fit their GPUs, and run the llm-autopilot operator."""
+
+
+@cli.command()
+@model_options
+@gpu_options
+@click.option("--max-model-len", type=click.IntRange(min=1), help="Desired context length.")
+@click.option("--min-max-model-len", type=click.IntRange(min=1), help="Shortest acceptable context length.")
+@click.option("--concurrency", type=click.IntRange(min=1), help="Concurrent sequences of max-model-len tokens.")
+@click.option("--max-gpus", type=click.IntRange(min=1, max=64), default=8, show_default=True,
+              help="Most GPUs one replica may use.")
+@click.option("--allow-quantization", multiple=True, metavar="LIST",
+              help="Weight formats allowed besides the published one: fp8, awq, gptq (comma-separated).")
+@click.option("--allow-kv-cache-dtype", multiple=True, metavar="LIST", help="KV dtypes allowed besides auto: fp8.")
+@click.option("--variant", multiple=True, metavar="FORMAT=ID", help="Pre-quantized checkpoint, e.g. awq=Org/Model-AWQ.")
+@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True), help="Pin it.")
+@click.option("--enforce-eager", is_flag=True, help="Plan without CUDA graphs.")
+@click.option("--vllm-version", default=str(DEFAULT_VLLM_VERSION), show_default=True)
+@click.option("--served-model-name", help="Name clients use (defaults to the model id).")
+@click.option("--output", "-o", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
+def plan(model: str | None, model_config: str | None, revision: str | None, gpu: str | None,
+         gpu_memory_gib: float | None, compute_capability: str, max_model_len: int | None,
+         min_max_model_len: int | None, concurrency: int | None, max_gpus: int,
+         allow_quantization: tuple[str, ...], allow_kv_cache_dtype: tuple[str, ...], variant: tuple[str, ...],
+         gpu_memory_utilization: float | None, enforce_eager: bool, vllm_version: str,
+         served_model_name: str | None, output: str) -> None:
+    """The cheapest vLLM configuration that fits, its memory breakdown, reasons and command."""
+    architecture = _load_model(model, model_config, revision)
+    formats = [WeightFormat.NONE]
+    for name in _csv(allow_quantization):
+        if name not in ("fp8", "awq", "gptq", "none"):
+            fail(f"--allow-quantization takes fp8, awq, gptq; got {name!r}")
+        formats.append(WeightFormat(name))
+    kv_dtypes = [KVCacheDtype.AUTO]
+    for name in _csv(allow_kv_cache_dtype):
+        if name not in ("fp8", "auto"):
+            fail(f"--allow-kv-cache-dtype takes fp8; got {name!r}")
+        kv_dtypes.append(KVCacheDtype(name))
+    variants = dict(architecture.variants)
+    for item in variant:
+        fmt_name, sep, variant_id = item.partition("=")
+        if not sep or fmt_name.lower() not in ("fp8", "awq", "gptq") or not variant_id:
+            fail(f"--variant takes FORMAT=ID with FORMAT fp8, awq or gptq; got {item!r}")
+        variants[WeightFormat(fmt_name.lower())] = variant_id
+    architecture = dataclasses.replace(architecture, variants=variants)
+    targets = Targets(
+        max_model_len=max_model_len, min_max_model_len=min_max_model_len, concurrency=concurrency,
+        allowed_weight_formats=tuple(formats), allowed_kv_cache_dtypes=tuple(kv_dtypes), max_gpus=max_gpus,
+        gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+    )
+    request = PlanRequest(architecture, _load_gpu(gpu, gpu_memory_gib, compute_capability),
+                          behaviour_of(VLLMVersion.parse(vllm_version)), targets)
+    result = make_plan(request)
+    if not result.feasible:
+        assert not isinstance(result, type(None))
+        if output == "table":
+            click.echo(f"No plan: {result.message}", err=True)  # type: ignore[union-attr]
+        else:
+            click.echo(dump({"feasible": False, "message": result.message,  # type: ignore[union-attr]
+                             "suggestions": list(result.suggestions)}, output))  # type: ignore[union-attr]
+        sys.exit(1)
+    options = ServeOptions(served_model_name=served_model_name or architecture.model_id, revision=revision)
+    click.echo(plan_table(result, options) if output == "table" else dump(plan_dict(result, options), output))  # type: ignore[arg-type]
+
+
+@cli.command(name="estimate")
+@model_options
+@gpu_options
+@click.option("--tensor-parallel-size", "-tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pipeline-parallel-size", "-pp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True),
+              help="Defaults to the vLLM version's default.")
+@click.option("--max-model-len", type=click.IntRange(min=1), help="Defaults to the model's maximum.")
+@click.option("--quantization", help="How the weights are stored: as vLLM spells it (fp8, awq, gptq, mxfp4...).")
+@click.option("--kv-cache-dtype", default="auto", show_default=True, help="auto, fp8, fp8_e4m3, fp8_e5m2.")
+@click.option("--enforce-eager", is_flag=True)
+@click.option("--max-num-seqs", type=click.IntRange(min=1), help="Defaults to vLLM's default for the GPU.")
+@click.option("--max-num-batched-tokens", type=click.IntRange(min=1), help="Defaults to vLLM's default.")
+@click.option("--vllm-version", default=str(DEFAULT_VLLM_VERSION), show_default=True)
+@click.option("--output", "-o", type=click.Choice(["json", "table"]), default="json", show_default=True)
+def estimate_command(model: str | None, model_config: str | None, revision: str | None, gpu: str | None,
+                     gpu_memory_gib: float | None, compute_capability: str, tensor_parallel_size: int,
+                     pipeline_parallel_size: int, gpu_memory_utilization: float | None, max_model_len: int | None,
+                     quantization: str | None, kv_cache_dtype: str, enforce_eager: bool, max_num_seqs: int | None,
+                     max_num_batched_tokens: int | None, vllm_version: str, output: str) -> None:
+    """Evaluate one fixed vLLM configuration, per GPU, for the busiest GPU (stable JSON contract)."""
+    architecture = _load_model(model, model_config, revision)
+    spec = _load_gpu(gpu, gpu_memory_gib, compute_capability)
+    behaviour = behaviour_of(VLLMVersion.parse(vllm_version))
+    fmt = architecture.weight_format
+    if quantization:
+        if quantization.lower() not in _QUANTIZATION_FORMATS:
+            fail(f"unknown --quantization {quantization!r}; known: {', '.join(sorted(_QUANTIZATION_FORMATS))}")
+        fmt = _QUANTIZATION_FORMATS[quantization.lower()]
+    if kv_cache_dtype.lower() not in _KV_DTYPES:
+        fail(f"unknown --kv-cache-dtype {kv_cache_dtype!r}; known: {', '.join(_KV_DTYPES)}")
+    defaults = behaviour.batch_defaults(spec)
+    config = ServingConfig(
+        model=architecture, gpu=spec, vllm=behaviour,
+        tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+        gpu_memory_utilization=gpu_memory_utilization or behaviour.default_gpu_memory_utilization,
+        max_model_len=max_model_len or architecture.max_position_embeddings,
+        max_num_seqs=max_num_seqs or defaults.max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens or defaults.max_num_batched_tokens,
+        weight_format=fmt, kv_cache_dtype=_KV_DTYPES[kv_cache_dtype.lower()], enforce_eager=enforce_eager,
+    )
+    result = estimate(config)
+    if output == "json":
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        click.echo("\n".join(memory_table(result, config.gpu_memory_utilization)))
+        for problem in result.problems:
+            click.echo(f"  ! {problem}")
+
+
+@cli.group()
+def catalog() -> None:
+    """The built-in model and GPU catalogs."""
+
+
+@catalog.command(name="models")
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def catalog_models_command(output: str) -> None:
+    """Models whose config.json ships with llm-autopilot (no Hub access needed)."""
+    rows = [{
+        "id": m.model_id, "parameters_b": round(total_parameters(m) / 1e9, 1), "weights": str(m.weight_format),
+        "layers": m.num_layers, "kv_heads": m.num_kv_heads, "max_len": m.max_position_embeddings,
+        "attention": "mla" if m.mla else ("sliding+full" if m.num_sliding_window_layers else "full"),
+        "moe": f"{m.moe.num_experts}x{m.moe.experts_per_token}" if m.moe else "-",
+    } for m in catalog_models()]
+    if output == "json":
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'MODEL':<40} {'PARAMS':>7} {'WEIGHTS':<7} {'LAYERS':>6} {'KV':>4} {'MAXLEN':>7} "
+               f"{'ATTENTION':<12} MOE")
+    for r in rows:
+        click.echo(f"{r['id']:<40} {r['parameters_b']:>6}B {r['weights']:<7} {r['layers']:>6} {r['kv_heads']:>4} "
+                   f"{r['max_len']:>7} {r['attention']:<12} {r['moe']}")
+
+
+@catalog.command(name="gpus")
+@click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def catalog_gpus_command(output: str) -> None:
+    """GPUs the planner knows: memory, compute capability and supported formats."""
+    def formats(g: GPUSpec) -> tuple[list[str], list[str]]:
+        return ([str(f) for f in WeightFormat if g.supports_weight_format(f)],
+                [str(k) for k in KVCacheDtype if g.supports_kv_cache_dtype(k)])
+
+    if output == "json":
+        click.echo(json.dumps([{
+            "name": g.name, "display": g.display_name, "memory_mib": g.memory_mib,
+            "torch_total_gib": round(g.total_gib, 2), "compute_capability": str(g.compute_capability),
+            "weight_formats": formats(g)[0], "kv_cache_dtypes": formats(g)[1], "gfd_products": list(g.gfd_products),
+        } for g in GPUS], indent=2))
+        return
+    click.echo(f"{'NAME':<20} {'MIB':>7} {'GIB':>7} {'CC':>5}  {'WEIGHTS':<36} KV")
+    for g in GPUS:
+        weights, kv = formats(g)
+        click.echo(f"{g.name:<20} {g.memory_mib:>7} {g.total_gib:>7.2f} {g.compute_capability!s:>5}  "
+                   f"{','.join(weights):<36} {','.join(kv)}")
+
+
+@cli.command()
+def crd() -> None:
+    """Print the LLMDeployment CustomResourceDefinition."""
+    click.echo(render_crd(), nl=False)
+
+
+def main() -> None:
+    # huggingface_hub logs every retry; the CLI reports the outcome in one line instead.
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        fail("aborted")
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except USER_ERRORS as exc:
+        fail(str(exc))
+    except Exception as exc:
+        if os.environ.get("LLM_AUTOPILOT_DEBUG"):
+            raise
+        click.echo(f"internal error: {type(exc).__name__}: {exc} (set LLM_AUTOPILOT_DEBUG=1 for a traceback)",
+                   err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
