@@ -1,0 +1,44 @@
+"""Functional core, imperative shell: pure modules never import the shells or I/O libraries."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "llm_autopilot"
+PURE = ["domain", "catalog", "vllm", "planner", "render", "api"]
+SHELLS = ("llm_autopilot.hub", "llm_autopilot.cli", "llm_autopilot.operator", "kopf", "kubernetes",
+          "huggingface_hub", "prometheus_api_client", "requests", "httpx", "urllib", "socket", "subprocess")
+#: Which layers each layer may import (its own and the ones below it).
+ALLOWED = {
+    "domain": {"domain"},
+    "catalog": {"domain", "catalog"},
+    "vllm": {"domain", "vllm"},
+    "planner": {"domain", "catalog", "vllm", "planner"},
+    "render": {"domain", "vllm", "planner", "render"},
+    "api": {"domain", "catalog", "vllm", "planner", "render", "api"},
+}
+
+
+def _imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+    return names
+
+
+@pytest.mark.parametrize("layer", PURE)
+def test_pure_layers_import_only_downwards(layer: str) -> None:
+    files = sorted((PACKAGE / layer).rglob("*.py"))
+    assert files
+    for path in files:
+        for name in _imports(path):
+            assert not name.startswith(SHELLS), f"{path.relative_to(PACKAGE)} imports shell {name}"
+            if name.startswith("llm_autopilot."):
+                target = name.split(".")[1]
+                assert target in ALLOWED[layer], f"{path.relative_to(PACKAGE)} ({layer}) imports {name}"
