@@ -9,7 +9,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "llm_autopilot"
 PURE = ["domain", "catalog", "vllm", "planner", "render", "api"]
-SHELLS = ("llm_autopilot.hub", "llm_autopilot.cli", "llm_autopilot.operator", "kopf", "kubernetes",
+SHELLS = ("llm_autopilot.hub", "llm_autopilot.cli", "llm_autopilot.controller", "kopf", "kubernetes",
           "huggingface_hub", "prometheus_api_client", "requests", "httpx", "urllib", "socket", "subprocess")
 #: Which layers each layer may import (its own and the ones below it).
 ALLOWED = {
@@ -17,8 +17,8 @@ ALLOWED = {
     "catalog": {"domain", "catalog"},
     "vllm": {"domain", "vllm"},
     "planner": {"domain", "catalog", "vllm", "planner"},
-    "render": {"domain", "vllm", "planner", "render"},
-    "api": {"domain", "catalog", "vllm", "planner", "render", "api"},
+    "api": {"domain", "catalog", "vllm", "planner", "api"},
+    "render": {"domain", "catalog", "vllm", "planner", "api", "render"},
 }
 
 

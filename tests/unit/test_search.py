@@ -153,6 +153,7 @@ def test_nothing_fits_anywhere(vllm033: VLLMBehaviour) -> None:
 
 @pytest.mark.parametrize(("targets", "needle"), [
     ({"max_model_len": 10**6}, "exceeds"),
+    ({"min_max_model_len": 10**6}, "minMaxModelLen 1000000 exceeds"),
     ({"max_model_len": 4096, "min_max_model_len": 8192}, "larger than maxModelLen"),
     ({"max_gpus": 0}, "maxGPUs"),
     ({"gpu_memory_utilization": 1.2}, "gpuMemoryUtilization"),

@@ -231,6 +231,9 @@ def _invalid_targets(req: PlanRequest) -> str | None:
     if t.max_model_len and t.max_model_len > m.max_position_embeddings:
         return (f"maxModelLen {t.max_model_len} exceeds {m.model_id}'s maximum context of "
                 f"{m.max_position_embeddings} tokens")
+    if t.min_max_model_len and t.min_max_model_len > m.max_position_embeddings:
+        return (f"minMaxModelLen {t.min_max_model_len} exceeds {m.model_id}'s maximum context of "
+                f"{m.max_position_embeddings} tokens")
     if t.min_max_model_len and t.max_model_len and t.min_max_model_len > t.max_model_len:
         return f"minMaxModelLen {t.min_max_model_len} is larger than maxModelLen {t.max_model_len}"
     if t.gpu_memory_utilization is not None and not 0 < t.gpu_memory_utilization <= 1:
