@@ -88,3 +88,33 @@ def find_gpu(name: str) -> GPUSpec:
             f"unknown GPU {name!r}; known: {known} (or give its memory in GiB and compute capability)"
         )
     return spec
+
+
+# --- GPU Feature Discovery labels --------------------------------------------------------------------
+
+GFD_PRODUCT = "nvidia.com/gpu.product"
+GFD_MEMORY = "nvidia.com/gpu.memory"
+GFD_COUNT = "nvidia.com/gpu.count"
+GFD_CC_MAJOR = "nvidia.com/gpu.compute.major"
+GFD_CC_MINOR = "nvidia.com/gpu.compute.minor"
+#: What the driver keeps of NVML's total (H100: 81559 MiB NVML, 79.19 GiB torch).
+_DRIVER_RESERVED_GIB = 0.45
+
+
+def gpu_from_labels(labels: dict[str, str]) -> GPUSpec | None:
+    """The GPU a node's GFD labels describe: the catalog entry, else one built from memory and capability."""
+    product = labels.get(GFD_PRODUCT)
+    if not product:
+        return None
+    try:
+        return find_gpu(product)
+    except UnknownGPUError:
+        pass
+    try:
+        memory_mib = int(labels[GFD_MEMORY])
+        capability = f"{int(labels.get(GFD_CC_MAJOR, '8'))}.{int(labels.get(GFD_CC_MINOR, '0'))}"
+    except (KeyError, ValueError):
+        return None
+    spec = GPUSpec.custom(memory_mib / 1024 - _DRIVER_RESERVED_GIB, capability)
+    return GPUSpec(name=product.lower(), display_name=product, memory_mib=memory_mib, total_bytes=spec.total_bytes,
+                   compute_capability=spec.compute_capability, gfd_products=(product,))

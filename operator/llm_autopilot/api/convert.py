@@ -1,0 +1,62 @@
+"""Between the API and the planner: spec -> planner targets, plan -> status. Pure."""
+
+from __future__ import annotations
+
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, MemoryBreakdown, PlanStatus
+from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
+from llm_autopilot.planner.plan import Plan, Targets
+
+
+def variants(spec: LLMDeploymentSpec) -> dict[WeightFormat, str]:
+    v = spec.model.variants
+    if v is None:
+        return {}
+    named = {WeightFormat.FP8: v.fp8, WeightFormat.AWQ: v.awq, WeightFormat.GPTQ: v.gptq}
+    return {fmt: model_id for fmt, model_id in named.items() if model_id}
+
+
+def targets(spec: LLMDeploymentSpec, *, max_gpus: int | None = None) -> Targets:
+    """Planner targets; ``max_gpus`` narrows spec.gpu.maxGPUs to what one node can give."""
+    s, v = spec.serving, spec.vllm
+    return Targets(
+        max_model_len=s.max_model_len,
+        min_max_model_len=s.min_max_model_len,
+        concurrency=s.expected_concurrency,
+        allowed_weight_formats=tuple(dict.fromkeys(WeightFormat(q) for q in s.allowed_quantizations)),
+        allowed_kv_cache_dtypes=tuple(dict.fromkeys(KVCacheDtype(k) for k in s.allowed_kv_cache_dtypes)),
+        max_gpus=min(spec.gpu.max_gpus, max_gpus) if max_gpus else spec.gpu.max_gpus,
+        gpu_memory_utilization=v.gpu_memory_utilization,
+        max_num_seqs=v.max_num_seqs,
+        max_num_batched_tokens=v.max_num_batched_tokens,
+        enforce_eager=v.enforce_eager,
+    )
+
+
+def plan_status(plan: Plan, args: list[str]) -> PlanStatus:
+    c, e = plan.config, plan.estimate
+    return PlanStatus(
+        summary=plan.summary,
+        served_model=plan.served_model_id,
+        gpu_product=c.gpu.name,
+        gpus=c.num_gpus,
+        tensor_parallel_size=c.tensor_parallel_size,
+        pipeline_parallel_size=c.pipeline_parallel_size,
+        quantization=c.weights_label,
+        kv_cache_dtype=str(c.kv_cache_dtype),
+        max_model_len=c.max_model_len,
+        max_num_seqs=c.max_num_seqs,
+        max_num_batched_tokens=c.max_num_batched_tokens,
+        gpu_memory_utilization=c.gpu_memory_utilization,
+        enforce_eager=c.enforce_eager,
+        vllm_version=str(c.vllm.version),
+        memory=MemoryBreakdown(
+            gpu_total_gib=e.gib(e.total_bytes), budget_gib=e.gib(e.budget_bytes), weights_gib=e.gib(e.weights_bytes),
+            activation_peak_gib=e.gib(e.activation_peak_bytes), non_torch_gib=e.gib(e.non_torch_bytes),
+            cuda_graph_gib=e.gib(e.cuda_graph_bytes), kv_cache_gib=e.gib(e.kv_cache_bytes),
+            kv_bytes_per_token=e.kv_bytes_per_token, kv_cache_tokens=e.kv_cache_tokens,
+            max_concurrency=round(e.max_concurrency, 2), max_model_len_capacity=e.max_model_len_capacity,
+        ),
+        reasons=[str(r) for r in plan.reasons],
+        warnings=list(plan.warnings),
+        args=args,
+    )

@@ -1,0 +1,194 @@
+"""Pure builders: plan + spec -> the Deployment, Service and PodDisruptionBudget that serve it.
+
+Each object carries ``llm-autopilot.io/input-hash``, a hash of the object as built: the shell skips
+the write when the live object already has it (as prometheus-operator does), so a resync that
+changes nothing writes nothing. The pod template carries the plan's hash, so a new plan rolls pods.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from llm_autopilot.api import GROUP, KIND, VERSION
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.catalog.gpus import GFD_PRODUCT
+from llm_autopilot.planner.plan import Plan
+from llm_autopilot.render.vllm_args import VLLM_PORT
+
+INPUT_HASH = f"{GROUP}/input-hash"
+PLAN_HASH = f"{GROUP}/plan-hash"
+OWNER_LABEL = f"{GROUP}/deployment"
+GPU_RESOURCE = "nvidia.com/gpu"
+MANAGER = "llm-autopilot"
+CONTAINER = "vllm"
+#: Model loading can take many minutes (70B+ from the Hub): allow 30 minutes before liveness counts.
+STARTUP_SECONDS = 1800
+_STARTUP_PERIOD = 10
+
+
+@dataclass(frozen=True)
+class Owner:
+    name: str
+    namespace: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class WorkloadInputs:
+    owner: Owner
+    spec: LLMDeploymentSpec
+    plan: Plan
+    args: tuple[str, ...]
+    image: str
+    #: GPU Feature Discovery product label values the pods may run on
+    node_products: tuple[str, ...]
+
+
+def content_hash(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def labels(owner: Owner) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": owner.name,
+        "app.kubernetes.io/component": "inference-server",
+        "app.kubernetes.io/part-of": "llm-autopilot",
+        "app.kubernetes.io/managed-by": MANAGER,
+        OWNER_LABEL: owner.name,
+    }
+
+
+def selector(owner: Owner) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": owner.name}
+
+
+def _metadata(owner: Owner) -> dict[str, Any]:
+    return {
+        "name": owner.name,
+        "namespace": owner.namespace,
+        "labels": labels(owner),
+        "ownerReferences": [{
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": owner.name, "uid": owner.uid,
+            "controller": True, "blockOwnerDeletion": True,
+        }],
+    }
+
+
+def _with_hash(obj: dict[str, Any]) -> dict[str, Any]:
+    obj["metadata"].setdefault("annotations", {})[INPUT_HASH] = content_hash(obj)
+    return obj
+
+
+def _gib(value: float) -> str:
+    return f"{max(1, round(value))}Gi"
+
+
+def container_resources(inputs: WorkloadInputs) -> dict[str, dict[str, Any]]:
+    """GPUs from the plan; CPU/memory from the spec, else a default that scales with the GPU count."""
+    gpus = inputs.plan.config.num_gpus
+    spec_resources = inputs.spec.resources
+    requests: dict[str, Any] = {"cpu": str(2 * gpus), "memory": _gib(16 + 8 * gpus)}
+    limits: dict[str, Any] = {"memory": _gib(1.5 * (16 + 8 * gpus))}
+    if spec_resources is not None:
+        requests = dict(spec_resources.requests or requests)
+        limits = dict(spec_resources.limits or {})
+    requests[GPU_RESOURCE] = str(gpus)  # quantities as the API server returns them
+    limits[GPU_RESOURCE] = str(gpus)
+    return {"requests": requests, "limits": limits}
+
+
+def _env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = []
+    ref = inputs.spec.model.hub_token_secret_ref
+    if ref is not None:  # the token never appears in the object, only a reference to the Secret
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    for var in inputs.spec.vllm.env:
+        env.append(var.model_dump(by_alias=True, exclude_none=True))
+    return env
+
+
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures,
+            "timeoutSeconds": 5}
+
+
+def _affinity(inputs: WorkloadInputs) -> dict[str, Any]:
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
+        "matchExpressions": [{"key": GFD_PRODUCT, "operator": "In", "values": sorted(inputs.node_products)}],
+    }]}}}
+
+
+def deployment(inputs: WorkloadInputs) -> dict[str, Any]:
+    owner, spec, plan = inputs.owner, inputs.spec, inputs.plan
+    gpus = plan.config.num_gpus
+    pod_spec: dict[str, Any] = {
+        "affinity": _affinity(inputs),
+        "containers": [{
+            "name": CONTAINER,
+            "image": inputs.image,
+            "command": ["vllm", "serve"],
+            "args": list(inputs.args),
+            "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
+            "env": _env(inputs),
+            "resources": container_resources(inputs),
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+            "startupProbe": _probe("/health", _STARTUP_PERIOD, STARTUP_SECONDS // _STARTUP_PERIOD),
+            "readinessProbe": _probe("/health", 5, 3),
+            "livenessProbe": _probe("/health", 10, 3),
+            "terminationMessagePolicy": "FallbackToLogsOnError",
+        }],
+        # NCCL and vLLM's workers exchange tensors through shared memory
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _gib(max(2, 2 * gpus))}}],
+        "terminationGracePeriodSeconds": 60,
+    }
+    if spec.gpu.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.gpu.node_selector)
+    if spec.gpu.tolerations:
+        pod_spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.gpu.tolerations]
+    template_labels = labels(owner)
+    obj = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(owner),
+        "spec": {
+            "replicas": spec.replicas,
+            "selector": {"matchLabels": selector(owner)},
+            # GPUs are scarce: replace pods one at a time instead of surging onto GPUs that may not exist
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "template": {
+                "metadata": {"labels": template_labels, "annotations": {PLAN_HASH: content_hash(list(inputs.args))}},
+                "spec": pod_spec,
+            },
+        },
+    }
+    return _with_hash(obj)
+
+
+def service(inputs: WorkloadInputs) -> dict[str, Any]:
+    return _with_hash({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(inputs.owner),
+        "spec": {
+            "selector": selector(inputs.owner),
+            "ports": [{"name": "http", "port": VLLM_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    })
+
+
+def pod_disruption_budget(inputs: WorkloadInputs) -> dict[str, Any]:
+    return _with_hash({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(inputs.owner),
+        # one pod at a time; never 0, which would block node drains for a single replica forever
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(inputs.owner)}},
+    })
+
+
+def workload(inputs: WorkloadInputs) -> list[dict[str, Any]]:
+    return [deployment(inputs), service(inputs), pod_disruption_budget(inputs)]
