@@ -262,6 +262,28 @@ def catalog_gpus_command(output: str) -> None:
                    f"{','.join(weights):<36} {','.join(kv)}")
 
 
+@cli.command(name="operator")
+@click.option("--namespace", "-n", "namespaces", multiple=True,
+              help="Namespace to watch (repeatable); default: LLM_AUTOPILOT_NAMESPACES, else all.")
+@click.option("--standalone/--peering", default=True, show_default=True,
+              help="Run alone, or coordinate with other replicas through Kopf peering.")
+@click.option("--priority", type=int, default=0, help="Peering priority (the highest runs).")
+@click.option("--liveness", default=None, help="Liveness endpoint, e.g. http://0.0.0.0:8080/healthz.")
+@click.option("--verbose", is_flag=True)
+def operator_command(namespaces: tuple[str, ...], standalone: bool, priority: int, liveness: str | None,
+                     verbose: bool) -> None:
+    """Run the operator: reconcile LLMDeployments (and serve the admission webhook when enabled)."""
+    import kopf  # noqa: PLC0415 - the operator's dependencies load only for this command
+
+    from llm_autopilot.controller import handlers  # noqa: PLC0415 - importing registers the handlers
+
+    watched = namespaces or handlers.SETTINGS.namespaces
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    kopf.run(standalone=standalone, priority=priority, liveness_endpoint=liveness,
+             clusterwide=not watched, namespaces=list(watched))
+
+
 @cli.command()
 def crd() -> None:
     """Print the LLMDeployment CustomResourceDefinition."""

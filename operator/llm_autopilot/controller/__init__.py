@@ -1,0 +1,1 @@
+"""Shell: the Kopf operator (handlers, Kubernetes I/O, admission webhook)."""

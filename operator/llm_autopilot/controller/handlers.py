@@ -1,0 +1,118 @@
+"""Kopf handlers: thin wiring from Kubernetes events to reconcile() and review().
+
+Importing this module registers the handlers; `llm-autopilot operator` runs them.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import kopf
+
+from llm_autopilot.api import GROUP, PLURAL, VERSION
+from llm_autopilot.api.conditions import READY, deployment_ready, get_condition, set_condition
+from llm_autopilot.controller.admission import review
+from llm_autopilot.controller.certs import self_signed
+from llm_autopilot.controller.kube import Kube, load_config
+from llm_autopilot.controller.reconcile import Outcome, now, reconcile
+from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.render.kubernetes import OWNER_LABEL
+
+SETTINGS = OperatorSettings.from_env()
+_state: dict[str, Kube] = {}
+
+
+def kube() -> Kube:
+    if "kube" not in _state:
+        load_config()
+        _state["kube"] = Kube()
+    return _state["kube"]
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, logger: logging.Logger | logging.LoggerAdapter[Any],
+              **_: Any) -> None:
+    # Our own annotation prefix and finalizer name: the object shows who manages it.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=GROUP, key="last-handled-configuration")
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    settings.posting.level = logging.WARNING  # explicit events only; no event per handler log line
+    settings.networking.error_backoffs = [1, 2, 5, 10, 30]
+    settings.watching.server_timeout = 300
+    if SETTINGS.webhook_enabled:
+        host = SETTINGS.webhook_host or SETTINGS.webhook_addr
+        cert_dir = Path(SETTINGS.webhook_cert_dir or tempfile.mkdtemp(prefix="llm-autopilot-webhook-"))
+        certfile, keyfile = self_signed(cert_dir, [host, "localhost"])
+        settings.admission.server = kopf.WebhookServer(
+            addr=SETTINGS.webhook_addr, port=SETTINGS.webhook_port, host=host,
+            certfile=str(certfile), pkeyfile=str(keyfile), cafile=str(certfile))
+        settings.admission.managed = GROUP
+        logger.info("admission webhook on https://%s:%s", host, SETTINGS.webhook_port)
+    kube()
+
+
+def _report(out: Outcome, body: kopf.Body, patch: kopf.Patch) -> None:
+    for key, value in out.status.items():
+        patch.status[key] = value
+    for type_, reason, message in out.events:
+        kopf.event(body, type=type_, reason=reason, message=message[:1000])
+
+
+def _reconcile(body: kopf.Body, patch: kopf.Patch) -> None:
+    meta = body.get("metadata", {})
+    out = reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
+                    generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
+                    status=dict(body.get("status") or {}), kube=kube(), settings=SETTINGS)
+    _report(out, body, patch)
+    if out.retry:
+        raise kopf.TemporaryError("model could not be resolved yet; retrying", delay=30)
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile-on-create")
+@kopf.on.update(GROUP, VERSION, PLURAL, id="reconcile-on-update", field="spec")
+def reconcile_on_change(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    _reconcile(body, patch)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, id="resync", interval=SETTINGS.resync_seconds, initial_delay=1)
+def resync(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    """Also runs first thing after an operator (re)start: resume without writing when nothing changed."""
+    _reconcile(body, patch)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels={OWNER_LABEL: kopf.PRESENT}, id="deployment-readiness")
+def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
+    """Mirror the vLLM Deployment's availability into the LLMDeployment's Ready condition."""
+    if type == "DELETED" or namespace is None:
+        return
+    owner = (body.get("metadata", {}).get("labels") or {}).get(OWNER_LABEL)
+    k = kube()
+    parent = k.get(f"{GROUP}/{VERSION}", "LLMDeployment", owner, namespace) if owner else None
+    if parent is None:
+        return
+    status = parent.get("status") or {}
+    replicas = int((parent.get("spec") or {}).get("replicas", 1))
+    ready, reason, message = deployment_ready(dict(body), replicas)
+    current = get_condition(status.get("conditions"), READY)
+    if current and (current.get("status"), current.get("reason"), current.get("message")) == (
+            "True" if ready else "False", reason, message):
+        return
+    conditions = set_condition(status.get("conditions"), READY, ready, reason, message,
+                               generation=parent["metadata"].get("generation"), now=now())
+    k.patch_llmd_status(namespace, parent["metadata"]["name"], {"conditions": conditions})
+
+
+def validate(spec: kopf.Spec, warnings: list[str], **_: Any) -> None:
+    verdict = review(dict(spec), SETTINGS.default_vllm_version)
+    warnings.extend(verdict.warnings)
+    if not verdict.allowed:
+        raise kopf.AdmissionError(verdict.message, code=422)
+
+
+if SETTINGS.webhook_enabled:  # Kopf refuses to start with admission handlers but no server
+    kopf.on.validate(GROUP, VERSION, PLURAL, id="validate-llmdeployment",
+                     operations=["CREATE", "UPDATE"])(validate)

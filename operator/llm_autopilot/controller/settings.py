@@ -1,0 +1,50 @@
+"""Operator configuration from the environment (the Helm chart and `make dev` set these)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
+
+
+def _list(value: str | None) -> tuple[str, ...]:
+    return tuple(v.strip() for v in (value or "").split(",") if v.strip())
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    #: namespaces to watch; empty means all (cluster-wide)
+    namespaces: tuple[str, ...] = ()
+    default_image: str = f"vllm/vllm-openai:v{DEFAULT_VLLM_VERSION}"
+    default_vllm_version: str = str(DEFAULT_VLLM_VERSION)
+    #: how often every LLMDeployment is re-checked (no writes when nothing changed)
+    resync_seconds: float = 60.0
+    prometheus_url: str | None = None
+    #: admission webhook: where Kopf serves it and the host the API server calls
+    webhook_enabled: bool = False
+    webhook_addr: str = "127.0.0.1"
+    webhook_host: str | None = None
+    webhook_port: int = 9443
+    webhook_cert_dir: str | None = None
+    #: Hub look-ups for models outside the catalog
+    hub_timeout_seconds: float = 10.0
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> OperatorSettings:
+        e = dict(os.environ if env is None else env)
+        defaults = cls()
+        return cls(
+            namespaces=_list(e.get("LLM_AUTOPILOT_NAMESPACES")),
+            default_image=e.get("LLM_AUTOPILOT_DEFAULT_IMAGE", defaults.default_image),
+            default_vllm_version=e.get("LLM_AUTOPILOT_DEFAULT_VLLM_VERSION", defaults.default_vllm_version),
+            resync_seconds=float(e.get("LLM_AUTOPILOT_RESYNC_SECONDS", defaults.resync_seconds)),
+            prometheus_url=e.get("LLM_AUTOPILOT_PROMETHEUS_URL") or None,
+            webhook_enabled=e.get("LLM_AUTOPILOT_WEBHOOK", "").lower() in ("1", "true", "yes", "on"),
+            webhook_addr=e.get("LLM_AUTOPILOT_WEBHOOK_ADDR", defaults.webhook_addr),
+            webhook_host=e.get("LLM_AUTOPILOT_WEBHOOK_HOST") or None,
+            webhook_port=int(e.get("LLM_AUTOPILOT_WEBHOOK_PORT", defaults.webhook_port)),
+            webhook_cert_dir=e.get("LLM_AUTOPILOT_WEBHOOK_CERT_DIR") or None,
+            hub_timeout_seconds=float(e.get("LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS", defaults.hub_timeout_seconds)),
+        )
