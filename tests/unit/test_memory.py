@@ -9,7 +9,7 @@ import pytest
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import GIB, KVCacheDtype, WeightFormat
 from llm_autopilot.planner.config import ServingConfig
-from llm_autopilot.planner.memory import cuda_graph_capture_sizes, estimate, structural_problems
+from llm_autopilot.planner.memory import estimate, structural_problems
 from llm_autopilot.vllm.versions import VersionError, VLLMBehaviour, VLLMVersion, behaviour_of
 from tests.conftest import gpu, model
 
@@ -108,15 +108,31 @@ def test_kv_heads_must_divide_or_be_divided_by_tp(vllm033: VLLMBehaviour) -> Non
 
 
 def test_version_defaults() -> None:
-    assert behaviour_of(VLLMVersion(0, 33, 0)).default_gpu_memory_utilization == 0.92
-    assert behaviour_of(VLLMVersion(0, 19, 0)).default_gpu_memory_utilization == 0.9
-    assert behaviour_of(VLLMVersion(0, 33, 0)).online_fp8_quantization == "fp8_per_tensor"
-    assert behaviour_of(VLLMVersion(0, 19, 0)).online_fp8_quantization == "fp8"
+    v19, v20, v33 = (behaviour_of(VLLMVersion(0, m, 0)) for m in (19, 20, 33))
+    assert (v19.default_gpu_memory_utilization, v20.default_gpu_memory_utilization) == (0.9, 0.92)
+    assert (v19.cuda_graphs_in_budget, v20.cuda_graphs_in_budget) == (False, True)
+    assert (v19.online_fp8_quantization, v20.online_fp8_quantization) == ("fp8", "fp8_per_tensor")
+    assert (v20.sliding_window_batches, v33.sliding_window_batches) == (1, 2)
     with pytest.raises(VersionError):
-        behaviour_of(VLLMVersion(0, 5, 0))
+        behaviour_of(VLLMVersion(0, 10, 0))
     with pytest.raises(VersionError):
         VLLMVersion.parse("latest")
     assert VLLMVersion.parse("v0.33.1") > VLLMVersion.parse("0.33")
+
+
+def test_160gib_batch_tier_only_from_028() -> None:
+    b200 = gpu("nvidia-b200")
+    assert behaviour_of(VLLMVersion(0, 27, 1)).batch_defaults(b200).max_num_batched_tokens == 8192
+    assert behaviour_of(VLLMVersion(0, 28, 0)).batch_defaults(b200).max_num_batched_tokens == 16384
+
+
+def test_fp8_kv_support_by_version() -> None:
+    from llm_autopilot.domain.precision import KVCacheDtype as KV
+
+    v10, v33 = behaviour_of(VLLMVersion(0, 10, 2)), behaviour_of(VLLMVersion(0, 33, 0))
+    assert v33.supports_kv_cache_dtype(gpu("a100-80gb"), KV.FP8) and v33.supports_kv_cache_dtype(gpu("t4"), KV.FP8)
+    assert not v10.supports_kv_cache_dtype(gpu("a100-80gb"), KV.FP8)
+    assert v10.supports_kv_cache_dtype(gpu("h100"), KV.FP8)
 
 
 @pytest.mark.parametrize(("name", "tokens", "seqs"), [
@@ -128,9 +144,12 @@ def test_batch_defaults_by_gpu(vllm033: VLLMBehaviour, name: str, tokens: int, s
     assert (d.max_num_batched_tokens, d.max_num_seqs) == (tokens, seqs)
 
 
-def test_capture_sizes_follow_max_num_seqs() -> None:
-    assert cuda_graph_capture_sizes(1024) == cuda_graph_capture_sizes(256) == 67
-    assert cuda_graph_capture_sizes(8) == 5
+def test_capture_sizes_follow_max_num_seqs(vllm033: VLLMBehaviour) -> None:
+    # 1, 2, 4, 8..248 step 8, 256..512 step 16
+    assert vllm033.cuda_graph_capture_sizes(1024, 8192) == vllm033.cuda_graph_capture_sizes(256, 2048) == 51
+    assert vllm033.cuda_graph_capture_sizes(8, 2048) == 5  # 1, 2, 4, 8, 16
+    assert vllm033.cuda_graph_capture_sizes(1024, 128) == 3 + 16  # capped by max_num_batched_tokens
+    assert behaviour_of(VLLMVersion(0, 10, 2)).cuda_graph_capture_sizes(256, 2048) == 67  # every 8 before 0.11
 
 
 def test_online_fp8_is_flagged_only_for_unquantized_checkpoints(vllm033: VLLMBehaviour) -> None:

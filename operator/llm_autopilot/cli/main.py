@@ -244,9 +244,11 @@ def catalog_models_command(output: str) -> None:
 @click.option("--output", "-o", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def catalog_gpus_command(output: str) -> None:
     """GPUs the planner knows: memory, compute capability and supported formats."""
+    vllm = behaviour_of(DEFAULT_VLLM_VERSION)
+
     def formats(g: GPUSpec) -> tuple[list[str], list[str]]:
         return ([str(f) for f in WeightFormat if g.supports_weight_format(f)],
-                [str(k) for k in KVCacheDtype if g.supports_kv_cache_dtype(k)])
+                [str(k) for k in KVCacheDtype if vllm.supports_kv_cache_dtype(g, k)])
 
     if output == "json":
         click.echo(json.dumps([{

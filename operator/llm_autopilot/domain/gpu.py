@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llm_autopilot.domain.precision import GIB, KVCacheDtype, WeightFormat
+from llm_autopilot.domain.precision import GIB, WeightFormat
 
 
 @dataclass(frozen=True)
@@ -61,12 +61,6 @@ class GPUSpec:
         if fmt is WeightFormat.NVFP4:
             return cc.at_least(10, 0)
         return cc.at_least(7, 5)
-
-    def supports_kv_cache_dtype(self, dtype: KVCacheDtype) -> bool:
-        """fp8 KV needs Ada/Hopper or newer in the default (FlashAttention/FlashInfer) backends."""
-        if dtype is KVCacheDtype.AUTO:
-            return True
-        return self.compute_capability.at_least(8, 9)
 
     def supports_bfloat16(self) -> bool:
         return self.compute_capability.at_least(8, 0)

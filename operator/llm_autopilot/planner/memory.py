@@ -49,7 +49,7 @@ _NON_TORCH_PER_RANK = 0.04 * GIB
 # own estimates: 0.61-1.09 GiB for 24-42 layers, 1.05-1.24 GiB for 48-62, 1.6-1.8 GiB for 80; the
 # fit leans high, which only costs KV cache).
 _CUDA_GRAPH_BASE = 0.45 * GIB
-_CUDA_GRAPH_PER_LAYER_PER_SIZE = 0.237 * MIB
+_CUDA_GRAPH_PER_LAYER_PER_SIZE = 0.31 * MIB  # 51 sizes at the usual largest size of 512
 
 
 @dataclass(frozen=True)
@@ -125,17 +125,12 @@ def non_torch_bytes(c: ServingConfig) -> float:
     return _NON_TORCH_MULTI_GPU_BASE + _NON_TORCH_PER_RANK * c.tensor_parallel_size
 
 
-def cuda_graph_capture_sizes(max_num_seqs: int) -> int:
-    """How many batch sizes vLLM captures: 1, 2, 4, then every 8 up to min(2 x max_num_seqs, 512)."""
-    largest = min(2 * max_num_seqs, 512)
-    return 3 + max(0, largest // 8)
-
-
 def cuda_graph_bytes(c: ServingConfig) -> float:
     if c.enforce_eager:
         return 0.0
     layers = -(-c.model.num_layers // c.pipeline_parallel_size)
-    return _CUDA_GRAPH_BASE + layers * cuda_graph_capture_sizes(c.max_num_seqs) * _CUDA_GRAPH_PER_LAYER_PER_SIZE
+    sizes = c.vllm.cuda_graph_capture_sizes(c.max_num_seqs, c.max_num_batched_tokens)
+    return _CUDA_GRAPH_BASE + layers * sizes * _CUDA_GRAPH_PER_LAYER_PER_SIZE
 
 
 def structural_problems(c: ServingConfig) -> list[str]:
@@ -184,12 +179,12 @@ def estimate(c: ServingConfig) -> MemoryEstimate:
     per_token = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype)
     block = per_token * c.block_size
     tokens = int(max(available, 0) // block) * c.block_size if block else 0
+    window_tokens = c.max_num_batched_tokens * c.vllm.sliding_window_batches
     per_request = kv_bytes_per_request(m, tp, pp, c.kv_cache_dtype, max_model_len=c.max_model_len,
-                                       max_num_batched_tokens=c.max_num_batched_tokens,
-                                       block_size=c.block_size)
+                                       max_num_batched_tokens=window_tokens, block_size=c.block_size)
     concurrency = max(available, 0) / per_request if per_request else 0.0
     capacity = largest_len_that_fits(m, tp, pp, c.kv_cache_dtype, available_bytes=available,
-                                     max_num_batched_tokens=c.max_num_batched_tokens,
+                                     max_num_batched_tokens=window_tokens,
                                      block_size=c.block_size, limit=m.max_position_embeddings)
 
     if weights > budget:

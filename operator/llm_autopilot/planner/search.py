@@ -150,7 +150,7 @@ def _longest_len(cfg: ServingConfig, probe: MemoryEstimate, desired: int, concur
     usable = (probe.kv_cache_bytes - headroom) / concurrency
     fitting = largest_len_that_fits(cfg.model, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
                                     cfg.kv_cache_dtype, available_bytes=usable,
-                                    max_num_batched_tokens=cfg.max_num_batched_tokens,
+                                    max_num_batched_tokens=cfg.max_num_batched_tokens * cfg.vllm.sliding_window_batches,
                                     block_size=cfg.block_size, limit=desired)
     if fitting >= desired:
         return desired
@@ -183,7 +183,8 @@ def _try(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, tp: int, conc
 
 
 def _kv_options(req: PlanRequest, allowed: tuple[KVCacheDtype, ...]) -> list[KVCacheDtype]:
-    return sorted((kv for kv in set(allowed) if req.gpu.supports_kv_cache_dtype(kv)), key=lambda k: k.quality_rank)
+    return sorted((kv for kv in set(allowed) if req.vllm.supports_kv_cache_dtype(req.gpu, kv)),
+                  key=lambda k: k.quality_rank)
 
 
 def _search(req: PlanRequest, *, max_gpus: int, formats: tuple[WeightFormat, ...],
@@ -332,8 +333,8 @@ def _unsupported(req: PlanRequest) -> str | None:
                 f"{gpu.display_name} (compute capability {gpu.compute_capability}); allow another quantization "
                 "with a variant checkpoint, or choose a newer GPU")
     if not _kv_options(req, t.allowed_kv_cache_dtypes):
-        return (f"{gpu.display_name} (compute capability {gpu.compute_capability}) cannot hold an fp8 KV cache; "
-                "add auto to allowedKVCacheDtypes")
+        return (f"vLLM {req.vllm.version} cannot keep an fp8 KV cache on {gpu.display_name} (compute capability "
+                f"{gpu.compute_capability}); add auto to allowedKVCacheDtypes")
     return None
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from functools import total_ordering
 
 from llm_autopilot.domain.gpu import GPUSpec
-from llm_autopilot.domain.precision import GIB
+from llm_autopilot.domain.precision import GIB, KVCacheDtype
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
@@ -40,7 +40,7 @@ class VLLMVersion:
 
 
 DEFAULT_VLLM_VERSION = VLLMVersion(0, 33, 0)
-OLDEST_SUPPORTED = VLLMVersion(0, 10, 0)
+OLDEST_SUPPORTED = VLLMVersion(0, 10, 2)
 
 
 @dataclass(frozen=True)
@@ -51,33 +51,68 @@ class BatchDefaults:
 
 @dataclass(frozen=True)
 class VLLMBehaviour:
-    """Facts about one vLLM release that change memory or the command line."""
+    """Facts about one vLLM release that change memory or the command line.
+
+    Read from each release's source (wheels on PyPI); the version where each changed is noted.
+    """
 
     version: VLLMVersion
-    default_gpu_memory_utilization: float
-    #: CUDA-graph memory is estimated and subtracted from the KV budget (otherwise it lands outside it)
-    cuda_graphs_in_budget: bool
-    #: how ``--quantization`` spells FP8 computed on the fly from a bf16 checkpoint
-    online_fp8_quantization: str
-    has_swap_space: bool
+
+    @property
+    def default_gpu_memory_utilization(self) -> float:
+        """``CacheConfig.gpu_memory_utilization``: 0.9 until 0.19, 0.92 from 0.20.0."""
+        return 0.92 if self.version >= VLLMVersion(0, 20, 0) else 0.9
+
+    @property
+    def cuda_graphs_in_budget(self) -> bool:
+        """CUDA-graph memory is estimated and subtracted from the KV budget by default from 0.20.0
+        (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``); before, graphs used the (1 - utilization) headroom."""
+        return self.version >= VLLMVersion(0, 20, 0)
+
+    @property
+    def online_fp8_quantization(self) -> str:
+        """``--quantization`` for FP8 computed while loading a bf16 checkpoint: ``fp8_per_tensor`` exists
+        from 0.20.0 and plain ``fp8`` refuses unquantized checkpoints from 0.31.0."""
+        return "fp8_per_tensor" if self.version >= VLLMVersion(0, 20, 0) else "fp8"
+
+    @property
+    def sliding_window_batches(self) -> int:
+        """Batches in flight that a sliding-window layer keeps blocks for: two with async scheduling,
+        the default in 0.33."""
+        return 2 if self.version >= VLLMVersion(0, 33, 0) else 1
 
     def batch_defaults(self, gpu: GPUSpec) -> BatchDefaults:
-        """vLLM's defaults for the OpenAI server (``engine/arg_utils.py::get_batch_defaults``)."""
+        """``vllm serve`` defaults (``engine/arg_utils.py::get_batch_defaults``); the >= 160 GiB tier
+        exists from 0.28.0."""
         memory_gib = gpu.total_bytes / GIB
-        if memory_gib >= 160:
+        if memory_gib >= 160 and self.version >= VLLMVersion(0, 28, 0):
             return BatchDefaults(16384, 1024)
         if memory_gib >= 70 and not gpu.is_a100:
             return BatchDefaults(8192, 1024)
         return BatchDefaults(2048, 256)
 
+    def max_cuda_graph_capture_size(self, max_num_seqs: int, max_num_batched_tokens: int) -> int:
+        return min(2 * max_num_seqs, 512, max_num_batched_tokens)
+
+    def cuda_graph_capture_sizes(self, max_num_seqs: int, max_num_batched_tokens: int) -> int:
+        """How many batch sizes are captured: 1, 2, 4, then every 8 (every 16 from 256, since 0.11)."""
+        largest = self.max_cuda_graph_capture_size(max_num_seqs, max_num_batched_tokens)
+        small = [s for s in (1, 2, 4) if s <= largest]
+        if self.version < VLLMVersion(0, 11, 0):
+            return len(small) + largest // 8
+        return len(small) + len(range(8, min(largest + 1, 256), 8)) + len(range(256, largest + 1, 16))
+
+    def supports_kv_cache_dtype(self, gpu: GPUSpec, dtype: KVCacheDtype) -> bool:
+        """fp8 KV: from 0.11 the backend selector falls through to FlashInfer or Triton, so any GPU
+        from Turing on takes it; 0.10 always picked FlashAttention, which takes fp8 only on Hopper+."""
+        if dtype is KVCacheDtype.AUTO:
+            return True
+        if self.version < VLLMVersion(0, 11, 0):
+            return gpu.compute_capability.at_least(9, 0)
+        return gpu.compute_capability.at_least(7, 5)
+
 
 def behaviour_of(version: VLLMVersion) -> VLLMBehaviour:
     if version < OLDEST_SUPPORTED:
         raise VersionError(f"vLLM {version} is older than the oldest supported release {OLDEST_SUPPORTED}")
-    return VLLMBehaviour(
-        version=version,
-        default_gpu_memory_utilization=0.92 if version >= VLLMVersion(0, 33, 0) else 0.9,
-        cuda_graphs_in_budget=version >= VLLMVersion(0, 21, 0),
-        online_fp8_quantization="fp8_per_tensor" if version >= VLLMVersion(0, 33, 0) else "fp8",
-        has_swap_space=version < VLLMVersion(0, 33, 0),
-    )
+    return VLLMBehaviour(version)
