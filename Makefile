@@ -22,8 +22,20 @@ install: $(STAMP) ## Create .venv and install the project with its dev tools
 plan: install ## Main job: plan Llama-3.1-70B on H100 and print the breakdown and the vllm serve command
 	$(BIN)/llm-autopilot plan --model meta-llama/Llama-3.1-70B-Instruct --gpu nvidia-h100-80gb
 
-test: install ## Run the whole test suite
+dev: install ## Main job: local cluster + CRD + operator + webhook, reconciling examples/qwen3-8b-l4.yaml
+	$(PYTHON) hack/dev.py
+
+down: ## Stop the operator and the local cluster
+	$(PYTHON) hack/dev.py down
+
+cluster: ## Build (first time) and start the local control plane only
+	$(PYTHON) hack/cluster.py up
+
+test: install ## Run the whole test suite (unit + end-to-end on the local cluster, which it starts)
 	$(BIN)/pytest
+
+test-unit: install ## Unit tests only (no cluster)
+	$(BIN)/pytest tests/unit
 
 lint: install ## ruff + mypy (strict)
 	$(BIN)/ruff check operator tests
@@ -45,4 +57,4 @@ golden: install ## Print how close the memory model comes to every golden vLLM l
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install plan test lint crds verify bench golden clean
+.PHONY: help install plan dev down cluster test test-unit lint crds verify bench golden clean

@@ -1,0 +1,163 @@
+"""Rendering: the vllm serve arguments per version, and the Kubernetes objects."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.catalog.gpus import GPUS
+from llm_autopilot.catalog.models import catalog_models
+from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
+from llm_autopilot.planner.plan import Plan, PlanRequest, Targets
+from llm_autopilot.planner.search import plan
+from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH, Owner, WorkloadInputs, workload
+from llm_autopilot.render.vllm_args import (
+    ServeOptions,
+    command_line,
+    conflicting_extra_args,
+    render_vllm_args,
+    unknown_flags,
+)
+from llm_autopilot.vllm.flags import examined_versions, known_flags, kv_cache_dtype_choices, quantization_choices
+from llm_autopilot.vllm.versions import VersionError, VLLMVersion, behaviour_of
+from tests.conftest import gpu, model
+
+VERSIONS = examined_versions()
+ALL_TARGETS = Targets(allowed_weight_formats=(WeightFormat.NONE, WeightFormat.FP8, WeightFormat.AWQ),
+                      allowed_kv_cache_dtypes=(KVCacheDtype.AUTO, KVCacheDtype.FP8), max_model_len=None)
+
+
+def a_plan(model_id: str, gpu_name: str, version: VLLMVersion, **targets: object) -> Plan:
+    result = plan(PlanRequest(model(model_id), gpu(gpu_name), behaviour_of(version), Targets(**targets)))  # type: ignore[arg-type]
+    assert isinstance(result, Plan), getattr(result, "message", "")
+    return result
+
+
+def test_flag_table_covers_the_supported_range() -> None:
+    assert VERSIONS[0] == VLLMVersion(0, 10, 2) and VERSIONS[-1] == VLLMVersion(0, 33, 0)
+    assert len(VERSIONS) >= 20
+    assert "--swap-space" in known_flags("0.17.1") and "--swap-space" not in known_flags("0.33.0")
+    assert known_flags("0.33.5") == known_flags("0.33.0")  # between releases: the older table
+    with pytest.raises(VersionError):
+        known_flags("0.9.0")
+
+
+@pytest.mark.parametrize("version", VERSIONS, ids=str)
+def test_every_rendered_argument_is_known_to_that_version(version: VLLMVersion) -> None:
+    vllm = behaviour_of(version)
+    checked = 0
+    for m, g in itertools.product(catalog_models(), GPUS):
+        for targets in (Targets(), ALL_TARGETS, Targets(enforce_eager=True, max_model_len=min(8192, m.max_position_embeddings))):
+            result = plan(PlanRequest(m, g, vllm, targets))
+            if not isinstance(result, Plan):
+                continue
+            args = render_vllm_args(result, ServeOptions(served_model_name="x", revision="main"))
+            assert unknown_flags(args, str(version)) == [], (m.model_id, g.name, args)
+            if "--kv-cache-dtype" in args:
+                assert args[args.index("--kv-cache-dtype") + 1] in kv_cache_dtype_choices(version)
+            if "--quantization" in args:
+                assert args[args.index("--quantization") + 1] in quantization_choices(version)
+            checked += 1
+    assert checked > 100
+
+
+def test_online_fp8_is_spelled_as_the_version_spells_it() -> None:
+    for version, spelling in ((VLLMVersion(0, 19, 1), "fp8"), (VLLMVersion(0, 33, 0), "fp8_per_tensor")):
+        p = a_plan("Qwen/Qwen3-14B", "l4", version, max_gpus=1, max_model_len=8192,
+                   allowed_weight_formats=(WeightFormat.FP8,))
+        args = render_vllm_args(p)
+        assert args[args.index("--quantization") + 1] == spelling
+
+
+def test_pre_quantized_variant_is_served_without_a_quantization_flag() -> None:
+    p = a_plan("Qwen/Qwen3-32B", "l40s", VLLMVersion(0, 33, 0), max_gpus=1, max_model_len=8192,
+               allowed_weight_formats=(WeightFormat.FP8,))
+    args = render_vllm_args(p, ServeOptions(served_model_name="qwen3-32b"))
+    assert args[0] == "Qwen/Qwen3-32B-FP8" and "--quantization" not in args
+    assert args[args.index("--served-model-name") + 1] == "qwen3-32b"
+
+
+def test_arguments_carry_the_plan() -> None:
+    p = a_plan("meta-llama/Llama-3.1-70B-Instruct", "h100", VLLMVersion(0, 33, 0), max_model_len=32768)
+    args = render_vllm_args(p, ServeOptions(extra_args=("--enable-prefix-caching",)))
+    c = p.config
+    pairs = dict(zip(args[1::2], args[2::2], strict=False))
+    assert pairs["--tensor-parallel-size"] == str(c.tensor_parallel_size)
+    assert pairs["--max-model-len"] == "32768" and pairs["--gpu-memory-utilization"] == "0.92"
+    assert args[-1] == "--enable-prefix-caching"
+    assert "--swap-space" not in args and "--pipeline-parallel-size" not in args
+    assert command_line(p).startswith("vllm serve meta-llama/Llama-3.1-70B-Instruct ")
+
+
+def test_extra_args_checks() -> None:
+    assert conflicting_extra_args(["--max-model-len=4096", "--enable-prefix-caching", "-tp", "2"]) == [
+        "--max-model-len", "-tp"]
+    assert unknown_flags(["--swap-space", "4"], "0.33.0") == ["--swap-space"]
+    assert unknown_flags(["--swap-space", "4"], "0.15.1") == []
+    assert unknown_flags(["--temperature", "-1.5"], "0.33.0") == ["--temperature"]  # negative numbers are values
+
+
+# --- Kubernetes objects -----------------------------------------------------------------------------
+
+OWNER = Owner("qwen", "ml", "1234")
+
+
+def inputs(args: tuple[str, ...] = ("Qwen/Qwen3-8B", "--max-model-len", "8192"), **spec: object) -> WorkloadInputs:
+    p = a_plan("Qwen/Qwen3-8B", "l4", VLLMVersion(0, 33, 0), max_model_len=8192)
+    s = LLMDeploymentSpec.model_validate({"model": {"name": "Qwen/Qwen3-8B"}, **spec})
+    return WorkloadInputs(OWNER, s, p, args, "vllm/vllm-openai:v0.33.0", ("NVIDIA-L4",))
+
+
+def test_deployment_shape() -> None:
+    dep, svc, pdb = workload(inputs(gpu={"tolerations": [{"key": "x", "operator": "Exists"}],
+                                         "nodeSelector": {"pool": "a"}}))
+    pod = dep["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["command"] == ["vllm", "serve"] and c["args"][0] == "Qwen/Qwen3-8B"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1" == c["resources"]["requests"]["nvidia.com/gpu"]
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {p["httpGet"]["path"] for p in (c["startupProbe"], c["readinessProbe"], c["livenessProbe"])} == {"/health"}
+    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 1800
+    assert pod["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    expr = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert expr["matchExpressions"][0] == {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L4"]}
+    assert pod["tolerations"] == [{"key": "x", "operator": "Exists"}] and pod["nodeSelector"] == {"pool": "a"}
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    for obj in (dep, svc, pdb):
+        meta = obj["metadata"]
+        assert meta["ownerReferences"][0]["uid"] == "1234" and meta["ownerReferences"][0]["controller"] is True
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "llm-autopilot"
+        assert meta["annotations"][INPUT_HASH]
+    assert svc["spec"]["ports"][0]["port"] == 8000
+    assert pdb["spec"]["maxUnavailable"] == 1
+
+
+def test_hub_token_is_a_secret_reference_never_inline() -> None:
+    dep = workload(inputs(model={"name": "Qwen/Qwen3-8B", "hubTokenSecretRef": {"name": "hf"}},
+                          vllm={"env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}]}))[0]
+    env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert env[0] == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    assert env[1] == {"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}
+
+
+def test_resources_default_and_override() -> None:
+    default = workload(inputs())[0]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert default["requests"]["memory"] == "24Gi" and default["limits"]["memory"] == "36Gi"
+    custom = workload(inputs(resources={"requests": {"cpu": "4", "memory": "64Gi"}, "limits": {"memory": "80Gi"}}))
+    res = custom[0]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert res["requests"] == {"cpu": "4", "memory": "64Gi", "nvidia.com/gpu": "1"}
+    assert res["limits"] == {"memory": "80Gi", "nvidia.com/gpu": "1"}
+
+
+def test_hashes_change_only_with_the_inputs() -> None:
+    first, again = workload(inputs()), workload(inputs())
+    assert [o["metadata"]["annotations"][INPUT_HASH] for o in first] == [
+        o["metadata"]["annotations"][INPUT_HASH] for o in again]
+    changed = workload(inputs(args=("Qwen/Qwen3-8B", "--max-model-len", "4096")))
+    assert changed[0]["metadata"]["annotations"][INPUT_HASH] != first[0]["metadata"]["annotations"][INPUT_HASH]
+    template = "spec", "template", "metadata", "annotations"
+    old_plan = first[0][template[0]][template[1]][template[2]][template[3]][PLAN_HASH]
+    assert changed[0]["spec"]["template"]["metadata"]["annotations"][PLAN_HASH] != old_plan
+    assert changed[1]["metadata"]["annotations"][INPUT_HASH] == first[1]["metadata"]["annotations"][INPUT_HASH]
