@@ -127,12 +127,11 @@ def test_160gib_batch_tier_only_from_028() -> None:
 
 
 def test_fp8_kv_support_by_version() -> None:
-    from llm_autopilot.domain.precision import KVCacheDtype as KV
-
     v10, v33 = behaviour_of(VLLMVersion(0, 10, 2)), behaviour_of(VLLMVersion(0, 33, 0))
-    assert v33.supports_kv_cache_dtype(gpu("a100-80gb"), KV.FP8) and v33.supports_kv_cache_dtype(gpu("t4"), KV.FP8)
-    assert not v10.supports_kv_cache_dtype(gpu("a100-80gb"), KV.FP8)
-    assert v10.supports_kv_cache_dtype(gpu("h100"), KV.FP8)
+    assert v33.supports_kv_cache_dtype(gpu("a100-80gb"), KVCacheDtype.FP8)
+    assert v33.supports_kv_cache_dtype(gpu("t4"), KVCacheDtype.FP8)
+    assert not v10.supports_kv_cache_dtype(gpu("a100-80gb"), KVCacheDtype.FP8)
+    assert v10.supports_kv_cache_dtype(gpu("h100"), KVCacheDtype.FP8)
 
 
 @pytest.mark.parametrize(("name", "tokens", "seqs"), [

@@ -13,6 +13,7 @@ from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
 from llm_autopilot.planner.plan import Plan, PlanRequest
 from llm_autopilot.planner.pools import GPUPool, choose_pool, group_pools
+from llm_autopilot.planner.search import plan
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, behaviour_of
 from tests.conftest import gpu, model
 
@@ -122,8 +123,6 @@ def test_spec_conversion() -> None:
 
 
 def test_plan_status_round_trips_through_the_status_model() -> None:
-    from llm_autopilot.planner.search import plan
-
     result = plan(PlanRequest(model("Qwen/Qwen3-8B"), gpu("l4"), behaviour_of(DEFAULT_VLLM_VERSION)))
     assert isinstance(result, Plan)
     status = plan_status(result, ["Qwen/Qwen3-8B"]).model_dump(by_alias=True)

@@ -49,7 +49,8 @@ def test_every_rendered_argument_is_known_to_that_version(version: VLLMVersion) 
     vllm = behaviour_of(version)
     checked = 0
     for m, g in itertools.product(catalog_models(), GPUS):
-        for targets in (Targets(), ALL_TARGETS, Targets(enforce_eager=True, max_model_len=min(8192, m.max_position_embeddings))):
+        eager = Targets(enforce_eager=True, max_model_len=min(8192, m.max_position_embeddings))
+        for targets in (Targets(), ALL_TARGETS, eager):
             result = plan(PlanRequest(m, g, vllm, targets))
             if not isinstance(result, Plan):
                 continue

@@ -9,7 +9,7 @@ from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
 from llm_autopilot.planner.memory import estimate
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest, PlanResult, Targets
 from llm_autopilot.planner.search import plan, weight_options
-from llm_autopilot.vllm.versions import VLLMBehaviour
+from llm_autopilot.vllm.versions import VLLMBehaviour, VLLMVersion, behaviour_of
 from tests.conftest import gpu, model
 
 W, K = WeightFormat, KVCacheDtype
@@ -171,7 +171,5 @@ def test_checkpoint_format_the_gpu_cannot_run(vllm033: VLLMBehaviour) -> None:
 
 
 def test_fp8_kv_only_where_the_version_cannot(vllm033: VLLMBehaviour) -> None:
-    from llm_autopilot.vllm.versions import VLLMVersion, behaviour_of
-
     r = run(behaviour_of(VLLMVersion(0, 10, 2)), "Qwen/Qwen3-8B", "a100-80gb", allowed_kv_cache_dtypes=(K.FP8,))
     assert isinstance(r, Infeasible) and "cannot keep an fp8 KV cache on A100-80GB" in r.message
