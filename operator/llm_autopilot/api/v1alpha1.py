@@ -208,6 +208,10 @@ class RemediationPolicy(APIModel):
     kv_saturation_threshold: float = Field(
         0.95, gt=0, le=1, description="kv_cache_usage_perc counted as saturated. Default 0.95."
     )
+    kv_saturation_window_seconds: int = Field(
+        300, ge=30, alias="kvSaturationWindowSeconds",
+        description="How long KV usage must stay at the threshold, with preemptions or a growing queue. Default 300.",
+    )
     max_replicas: int | None = Field(None, ge=1, description="Most replicas remediation may scale to.")
     floors: RemediationFloors = Field(
         default_factory=RemediationFloors, description="Lower bounds remediation never crosses."
@@ -290,9 +294,31 @@ class RemediationEvent(APIModel):
     evidence: dict[str, str] = Field(default_factory=dict, description="Query, value, pod, time...")
 
 
+class RemediationOverrides(APIModel):
+    """Settings remediation imposes on top of the spec and the planner."""
+
+    max_model_len: int | None = Field(None, description="Cap on max_model_len.")
+    max_num_batched_tokens: int | None = Field(None, description="Pinned max_num_batched_tokens.")
+    max_num_seqs: int | None = Field(None, description="Pinned max_num_seqs.")
+    enforce_eager: bool | None = Field(None, description="CUDA graphs off.")
+    gpu_memory_utilization: float | None = Field(None, description="Pinned gpu_memory_utilization.")
+    fp8_kv_cache: bool | None = Field(None, alias="fp8KVCache", description="KV cache forced to fp8.")
+    min_gpus: int | None = Field(None, alias="minGPUs", description="At least this many GPUs per replica.")
+    replicas: int | None = Field(None, description="Replicas instead of spec.replicas.")
+    memory_limit_gib: float | None = Field(None, alias="memoryLimitGiB", description="Container memory limit (GiB).")
+
+
 class RemediationStatus(APIModel):
     rung: int = Field(0, description="Current step on the safety ladder (0 = as planned).")
     last_step_time: str | None = Field(None, description="When the last step was taken (RFC 3339).")
+    last_signal_time: str | None = Field(None, description="When a failure signal was last seen (RFC 3339).")
+    last_relax_time: str | None = Field(None, description="When a step was last relaxed (RFC 3339).")
+    relax_backoff: int = Field(1, description="Multiplier on the stable window before the next relax.")
+    last_evidence: str | None = Field(None, description="Key of the last acted-on evidence (no double steps).")
+    state: str | None = Field(None, description="Idle, Step, Relax, Cooldown, WaitingForRollout, Exhausted...")
+    applied: list[RemediationOverrides] = Field(
+        default_factory=list, max_length=20, description="Overrides per rung (the last is in force)."
+    )
     history: list[RemediationEvent] = Field(
         default_factory=list, max_length=20, description="The most recent steps, newest last (at most 20)."
     )

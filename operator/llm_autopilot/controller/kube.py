@@ -28,6 +28,18 @@ def load_config() -> None:
 class NodeGPUs:
     labels: dict[str, str]
     allocatable_gpus: int
+    allocatable_memory_gib: float = 0.0
+
+
+def parse_quantity_gib(text: str) -> float:
+    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * factor / 2**30
+    try:
+        return float(text) / 2**30
+    except ValueError:
+        return 0.0
 
 
 class Kube:
@@ -59,7 +71,8 @@ class Kube:
             except ValueError:
                 gpus = 0
             labels = node.metadata.labels if node.metadata else None
-            result.append(NodeGPUs(dict(labels or {}), gpus))
+            memory = parse_quantity_gib(str(allocatable.get("memory", "0")))
+            result.append(NodeGPUs(dict(labels or {}), gpus, memory))
         return result
 
     def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
@@ -83,6 +96,11 @@ class Kube:
                                    field_manager=MANAGER, force_conflicts=True)
         self.writes += 1
         return True
+
+    def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector)
+        result: list[dict[str, Any]] = self.api.sanitize_for_serialization(pods)["items"]
+        return result
 
     def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         try:

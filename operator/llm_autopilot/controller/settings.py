@@ -12,6 +12,15 @@ def _list(value: str | None) -> tuple[str, ...]:
     return tuple(v.strip() for v in (value or "").split(",") if v.strip())
 
 
+def _tls(value: str) -> bool | str:
+    lowered = value.strip().lower()
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    if lowered in ("true", "1", "yes", "on", ""):
+        return True
+    return value  # a CA bundle path
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     #: namespaces to watch; empty means all (cluster-wide)
@@ -21,6 +30,10 @@ class OperatorSettings:
     #: how often every LLMDeployment is re-checked (no writes when nothing changed)
     resync_seconds: float = 60.0
     prometheus_url: str | None = None
+    #: extra HTTP headers for Prometheus, e.g. {"Authorization": "Bearer ..."}
+    prometheus_headers: dict[str, str] | None = None
+    #: verify Prometheus' TLS certificate (True), skip it (False), or a CA bundle path
+    prometheus_verify_tls: bool | str = True
     #: admission webhook: where Kopf serves it and the host the API server calls
     webhook_enabled: bool = False
     webhook_addr: str = "127.0.0.1"
@@ -41,6 +54,9 @@ class OperatorSettings:
             default_vllm_version=e.get("LLM_AUTOPILOT_DEFAULT_VLLM_VERSION", defaults.default_vllm_version),
             resync_seconds=float(e.get("LLM_AUTOPILOT_RESYNC_SECONDS", defaults.resync_seconds)),
             prometheus_url=e.get("LLM_AUTOPILOT_PROMETHEUS_URL") or None,
+            prometheus_headers=({"Authorization": e["LLM_AUTOPILOT_PROMETHEUS_AUTHORIZATION"]}
+                                if e.get("LLM_AUTOPILOT_PROMETHEUS_AUTHORIZATION") else None),
+            prometheus_verify_tls=_tls(e.get("LLM_AUTOPILOT_PROMETHEUS_TLS_VERIFY", "true")),
             webhook_enabled=e.get("LLM_AUTOPILOT_WEBHOOK", "").lower() in ("1", "true", "yes", "on"),
             webhook_addr=e.get("LLM_AUTOPILOT_WEBHOOK_ADDR", defaults.webhook_addr),
             webhook_host=e.get("LLM_AUTOPILOT_WEBHOOK_HOST") or None,

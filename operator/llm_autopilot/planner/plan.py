@@ -29,6 +29,8 @@ class Targets:
     allowed_weight_formats: tuple[WeightFormat, ...] = (WeightFormat.NONE,)
     allowed_kv_cache_dtypes: tuple[KVCacheDtype, ...] = (KVCacheDtype.AUTO,)
     max_gpus: int = 8
+    #: at least this many GPUs (remediation asks for more GPUs this way)
+    min_gpus: int = 1
     gpu_memory_utilization: float | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None

@@ -85,10 +85,11 @@ def weight_options(req: PlanRequest, allowed: tuple[WeightFormat, ...]) -> list[
     return sorted(supported, key=lambda o: o.rank)
 
 
-def _tensor_parallel_sizes(model: ModelArchitecture, max_gpus: int) -> Iterator[int]:
+def _tensor_parallel_sizes(model: ModelArchitecture, max_gpus: int, min_gpus: int = 1) -> Iterator[int]:
     tp = 1
     while tp <= max_gpus:
-        yield tp
+        if tp >= min_gpus:
+            yield tp
         tp *= 2
 
 
@@ -191,7 +192,7 @@ def _search(req: PlanRequest, *, max_gpus: int, formats: tuple[WeightFormat, ...
             kv_dtypes: tuple[KVCacheDtype, ...], concurrency: int) -> _Candidate | None:
     options = weight_options(req, formats)
     kvs = _kv_options(req, kv_dtypes)
-    for tp in _tensor_parallel_sizes(req.model, max_gpus):
+    for tp in _tensor_parallel_sizes(req.model, max_gpus, req.targets.min_gpus):
         for option in options:
             for kv in kvs:
                 found = _try(req, option, kv, tp, concurrency)
@@ -229,6 +230,8 @@ def _invalid_targets(req: PlanRequest) -> str | None:
     t, m = req.targets, req.model
     if t.max_gpus < 1:
         return "maxGPUs must be at least 1"
+    if t.min_gpus > t.max_gpus:
+        return f"at least {t.min_gpus} GPUs are needed but maxGPUs is {t.max_gpus}"
     if t.max_model_len and t.max_model_len > m.max_position_embeddings:
         return (f"maxModelLen {t.max_model_len} exceeds {m.model_id}'s maximum context of "
                 f"{m.max_position_embeddings} tokens")

@@ -45,6 +45,9 @@ class WorkloadInputs:
     image: str
     #: GPU Feature Discovery product label values the pods may run on
     node_products: tuple[str, ...]
+    #: remediation's overrides of spec.replicas and of the container memory limit
+    replicas: int | None = None
+    memory_limit_gib: float | None = None
 
 
 def content_hash(obj: Any) -> str:
@@ -87,6 +90,16 @@ def _gib(value: float) -> str:
     return f"{max(1, round(value))}Gi"
 
 
+def memory_limit_gib(inputs: WorkloadInputs) -> float:
+    """The container memory limit the objects set (GiB), for remediation's host-OOM rung."""
+    text = str(container_resources(inputs)["limits"].get("memory", "0Gi"))
+    units = {"Gi": 1.0, "G": 1e9 / 2**30, "Mi": 1 / 1024, "M": 1e6 / 2**30, "Ti": 1024.0}
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * factor
+    return float(text) / 2**30 if text.isdigit() else 0.0
+
+
 def container_resources(inputs: WorkloadInputs) -> dict[str, dict[str, Any]]:
     """GPUs from the plan; CPU/memory from the spec, else a default that scales with the GPU count."""
     gpus = inputs.plan.config.num_gpus
@@ -96,6 +109,8 @@ def container_resources(inputs: WorkloadInputs) -> dict[str, dict[str, Any]]:
     if spec_resources is not None:
         requests = dict(spec_resources.requests or requests)
         limits = dict(spec_resources.limits or {})
+    if inputs.memory_limit_gib is not None:
+        limits["memory"] = _gib(inputs.memory_limit_gib)
     requests[GPU_RESOURCE] = str(gpus)  # quantities as the API server returns them
     limits[GPU_RESOURCE] = str(gpus)
     return {"requests": requests, "limits": limits}
@@ -155,7 +170,7 @@ def deployment(inputs: WorkloadInputs) -> dict[str, Any]:
         "kind": "Deployment",
         "metadata": _metadata(owner),
         "spec": {
-            "replicas": spec.replicas,
+            "replicas": spec.replicas if inputs.replicas is None else inputs.replicas,
             "selector": {"matchLabels": selector(owner)},
             # GPUs are scarce: replace pods one at a time instead of surging onto GPUs that may not exist
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},

@@ -1,0 +1,178 @@
+"""The safety ladder: which settings to change next, for each kind of failure. Pure.
+
+Every candidate only names the knobs to change (an :class:`Overrides`); the reconciler sends each
+through the planner in order and takes the first that plans and changes something, so a step
+always fits. Floors from the spec are never crossed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from llm_autopilot.remediation.classify import Classification, Signal
+
+_LEN_ROUNDING = 256
+_GMU_STEP = 0.04
+_MEMORY_GROWTH = 1.5
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Settings remediation imposes on top of the spec; None/False means "as the spec and planner say"."""
+
+    max_model_len: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    enforce_eager: bool = False
+    gpu_memory_utilization: float | None = None
+    fp8_kv_cache: bool = False
+    min_gpus: int | None = None
+    replicas: int | None = None
+    memory_limit_gib: float | None = None
+
+    def to_status(self) -> dict[str, Any]:
+        names = {"max_model_len": "maxModelLen", "max_num_batched_tokens": "maxNumBatchedTokens",
+                 "max_num_seqs": "maxNumSeqs", "enforce_eager": "enforceEager",
+                 "gpu_memory_utilization": "gpuMemoryUtilization", "fp8_kv_cache": "fp8KVCache",
+                 "min_gpus": "minGPUs", "replicas": "replicas", "memory_limit_gib": "memoryLimitGiB"}
+        return {names[k]: v for k, v in dataclasses.asdict(self).items() if v not in (None, False)}
+
+    @classmethod
+    def from_status(cls, data: dict[str, Any] | None) -> Overrides:
+        d = data or {}
+        return cls(max_model_len=d.get("maxModelLen"), max_num_batched_tokens=d.get("maxNumBatchedTokens"),
+                   max_num_seqs=d.get("maxNumSeqs"), enforce_eager=bool(d.get("enforceEager")),
+                   gpu_memory_utilization=d.get("gpuMemoryUtilization"), fp8_kv_cache=bool(d.get("fp8KVCache")),
+                   min_gpus=d.get("minGPUs"), replicas=d.get("replicas"), memory_limit_gib=d.get("memoryLimitGiB"))
+
+
+@dataclass(frozen=True)
+class Running:
+    """What runs now (the current plan) and the limits remediation must respect."""
+
+    max_model_len: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    enforce_eager: bool
+    gpu_memory_utilization: float
+    fp8_kv_cache: bool
+    gpus: int
+    replicas: int
+    memory_limit_gib: float
+    # limits
+    fp8_kv_allowed: bool
+    max_gpus: int
+    max_replicas: int
+    node_memory_gib: float
+    floor_max_model_len: int
+    floor_gpu_memory_utilization: float
+    floor_max_num_seqs: int
+    floor_max_num_batched_tokens: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    overrides: Overrides
+    action: str
+
+
+def _round_len(n: int) -> int:
+    return n - n % _LEN_ROUNDING if n > _LEN_ROUNDING else n
+
+
+def _shorter_context(r: Running, o: Overrides, reported: int | None) -> Candidate | None:
+    cap = _round_len(reported) if reported else _round_len(r.max_model_len * 3 // 4)
+    cap = max(cap, r.floor_max_model_len)
+    if cap >= r.max_model_len:
+        return None
+    return Candidate(dataclasses.replace(o, max_model_len=cap),
+                     f"max_model_len {r.max_model_len} -> {cap}" + (f" (vLLM estimated {reported})" if reported else ""))
+
+
+def _fp8_kv(r: Running, o: Overrides) -> Candidate | None:
+    if r.fp8_kv_cache or not r.fp8_kv_allowed:
+        return None
+    return Candidate(dataclasses.replace(o, fp8_kv_cache=True), "KV cache dtype auto -> fp8 (half the bytes per token)")
+
+
+def _more_gpus(r: Running, o: Overrides) -> Candidate | None:
+    wanted = r.gpus * 2
+    if wanted > r.max_gpus:
+        return None
+    return Candidate(dataclasses.replace(o, min_gpus=wanted), f"GPUs per replica {r.gpus} -> {wanted}")
+
+
+def _fewer_batched_tokens(r: Running, o: Overrides) -> Candidate | None:
+    tokens = max(r.max_num_batched_tokens // 2, r.floor_max_num_batched_tokens)
+    if tokens >= r.max_num_batched_tokens:
+        return None
+    seqs = min(r.max_num_seqs, tokens)
+    return Candidate(dataclasses.replace(o, max_num_batched_tokens=tokens, max_num_seqs=seqs),
+                     f"max_num_batched_tokens {r.max_num_batched_tokens} -> {tokens}")
+
+
+def _fewer_seqs(r: Running, o: Overrides, *, with_tokens: bool) -> Candidate | None:
+    seqs = max(r.max_num_seqs // 2, r.floor_max_num_seqs)
+    if seqs >= r.max_num_seqs:
+        return None
+    changed = dataclasses.replace(o, max_num_seqs=seqs)
+    action = f"max_num_seqs {r.max_num_seqs} -> {seqs}"
+    tokens = max(r.max_num_batched_tokens // 2, r.floor_max_num_batched_tokens, seqs)
+    if with_tokens and tokens < r.max_num_batched_tokens:
+        changed = dataclasses.replace(changed, max_num_batched_tokens=tokens)
+        action += f", max_num_batched_tokens {r.max_num_batched_tokens} -> {tokens}"
+    return Candidate(changed, action)
+
+
+def _eager(r: Running, o: Overrides) -> Candidate | None:
+    if r.enforce_eager:
+        return None
+    return Candidate(dataclasses.replace(o, enforce_eager=True), "enforce eager mode (no CUDA graphs)")
+
+
+def _lower_utilization(r: Running, o: Overrides) -> Candidate | None:
+    gmu = round(max(r.gpu_memory_utilization - _GMU_STEP, r.floor_gpu_memory_utilization), 2)
+    if gmu >= r.gpu_memory_utilization:
+        return None
+    return Candidate(dataclasses.replace(o, gpu_memory_utilization=gmu),
+                     f"gpu_memory_utilization {r.gpu_memory_utilization:g} -> {gmu:g}")
+
+
+def _more_memory(r: Running, o: Overrides) -> Candidate | None:
+    limit = min(round(r.memory_limit_gib * _MEMORY_GROWTH), int(r.node_memory_gib))
+    if limit <= r.memory_limit_gib:
+        return None
+    return Candidate(dataclasses.replace(o, memory_limit_gib=float(limit)),
+                     f"container memory limit {r.memory_limit_gib:g}Gi -> {limit}Gi")
+
+
+def _more_replicas(r: Running, o: Overrides) -> Candidate | None:
+    if r.replicas + 1 > r.max_replicas:
+        return None
+    return Candidate(dataclasses.replace(o, replicas=r.replicas + 1), f"replicas {r.replicas} -> {r.replicas + 1}")
+
+
+def candidates(c: Classification, r: Running, o: Overrides) -> list[Candidate]:
+    """The rungs to try for this failure, safest first (the reconciler takes the first that plans)."""
+    options: list[Candidate | None]
+    match c.signal:
+        case Signal.HOST_OOM:
+            options = [_more_memory(r, o)]
+        case Signal.KV_CAPACITY:
+            # vLLM measured less KV cache than planned: never plan longer than it said fits
+            capped = o if not c.reported_max_len else dataclasses.replace(
+                o, max_model_len=min(o.max_model_len or r.max_model_len, max(c.reported_max_len, r.floor_max_model_len)))
+            options = [_shorter_context(r, o, c.reported_max_len), _fp8_kv(r, capped), _more_gpus(r, capped)]
+        case Signal.NO_KV_MEMORY:
+            options = [_fewer_batched_tokens(r, o), _eager(r, o), _more_gpus(r, o)]
+        case Signal.CUDA_OOM_STARTUP:
+            options = [_fewer_batched_tokens(r, o), _eager(r, o), _lower_utilization(r, o)]
+        case Signal.CUDA_OOM_RUNTIME:
+            options = [_fewer_seqs(r, o, with_tokens=True), _fp8_kv(r, o), _more_gpus(r, o), _lower_utilization(r, o)]
+        case Signal.KV_SATURATION:
+            options = [_fp8_kv(r, o), _more_replicas(r, o), _more_gpus(r, o), _fewer_seqs(r, o, with_tokens=False)]
+        case _:
+            options = []
+    return [option for option in options if option is not None]

@@ -1,0 +1,135 @@
+"""Remediation on the local control plane: crash evidence written into pod status as the kubelet would."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, Operator, wait_for
+from tests.e2e.test_operator import args_of, flag, running_pods, wait_condition
+
+pytestmark = pytest.mark.e2e
+KV_MESSAGE = (
+    "ValueError: To serve at least one request with the model's max seq len (32768), (4.5 GiB KV cache is needed, "
+    "which is larger than the available KV cache memory (3.1 GiB). Based on the available memory, the estimated "
+    "maximum model length is 22416. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+    "initializing the engine.\nRuntimeError: Engine core initialization failed. See root cause above.")
+
+
+def deploy(kubectl: Kubectl, ns: str, name: str = "qwen", serving: dict[str, Any] | None = None,
+           **remediation: Any) -> None:
+    obj = {"apiVersion": "llm-autopilot.io/v1alpha1", "kind": "LLMDeployment", "metadata": {"name": name},
+           "spec": {"model": {"name": "Qwen/Qwen3-8B"},
+                    "gpu": {"product": "nvidia-l4", "maxGPUs": 1,
+                            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}]},
+                    "serving": serving or {"maxModelLen": 32768, "minMaxModelLen": 8192,
+                                           "allowedKVCacheDtypes": ["auto", "fp8"]},
+                    "remediation": {"cooldownSeconds": 0, **remediation}}}
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(obj))
+    wait_condition(kubectl, ns, name, "Ready", "True", timeout=90)
+
+
+def crash(kubectl: Kubectl, ns: str, name: str, reason: str, exit_code: int, message: str = "") -> str:
+    """Write a container termination into a Running pod's status, as the kubelet does after a restart."""
+    pod = running_pods(kubectl, ns, name)[0]
+    status = pod["status"]["containerStatuses"][0]
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    terminated = {"reason": reason, "exitCode": exit_code, "startedAt": stamp, "finishedAt": stamp}
+    if message:
+        terminated["message"] = message
+    status.update(restartCount=int(status.get("restartCount", 0)) + 1, lastState={"terminated": terminated})
+    patch = {"status": {"containerStatuses": [status]}}
+    kubectl("patch", "pod", pod["metadata"]["name"], "-n", ns, "--subresource=status", "--type=merge",
+            "-p", json.dumps(patch))
+    return str(pod["metadata"]["name"])
+
+
+def remediation(kubectl: Kubectl, ns: str, name: str = "qwen") -> dict[str, Any]:
+    return dict((kubectl.json("llmd", name, "-n", ns).get("status") or {}).get("remediation") or {})
+
+
+def container(kubectl: Kubectl, ns: str, name: str = "qwen") -> dict[str, Any]:
+    return dict(kubectl.json("deployment", name, "-n", ns)["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_oomkilled_raises_the_memory_limit(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
+    deploy(kubectl, namespace)
+    assert container(kubectl, namespace)["resources"]["limits"]["memory"] == "36Gi"
+    crash(kubectl, namespace, "qwen", "OOMKilled", 137)
+    wait_for("a larger memory limit",
+             lambda: container(kubectl, namespace)["resources"]["limits"]["memory"] == "54Gi", 30)
+    rem = wait_for("rung 1 in the status", lambda: (r := remediation(kubectl, namespace)).get("rung") == 1 and r, 10)
+    assert rem["history"][-1]["signal"] == "OOMKilled"
+    assert rem["history"][-1]["evidence"]["exitCode"] == "137" and rem["history"][-1]["evidence"]["pod"]
+    events = kubectl("get", "events", "-n", namespace, "--field-selector", "reason=Remediated").stdout
+    assert "memory limit 36Gi -> 54Gi" in events
+
+
+def test_kv_capacity_error_lowers_max_model_len_to_what_vllm_reported(kubectl: Kubectl, operator: Operator,
+                                                                       namespace: str) -> None:
+    # planned at 32768 tokens (fp8 KV); vLLM then reports that only 22416 fit
+    deploy(kubectl, namespace, serving={"maxModelLen": 32768, "allowedKVCacheDtypes": ["auto", "fp8"]})
+    assert flag(args_of(kubectl.json("deployment", "qwen", "-n", namespace)), "--max-model-len") == "32768"
+    crash(kubectl, namespace, "qwen", "Error", 1, KV_MESSAGE)
+
+    def lowered() -> str | None:
+        value = flag(args_of(kubectl.json("deployment", "qwen", "-n", namespace)), "--max-model-len")
+        return value if value != "32768" else None
+
+    new_len = int(wait_for("a shorter max_model_len", lowered, 30))
+    assert new_len == 22272  # what vLLM reported, rounded down to 256
+    llmd = wait_for("the step in the status", lambda: (o := kubectl.json("llmd", "qwen", "-n", namespace))[
+        "status"].get("remediation", {}).get("rung") == 1 and o, 10)
+    assert llmd["status"]["plan"]["maxModelLen"] == new_len
+    history = llmd["status"]["remediation"]["history"][-1]
+    assert history["signal"] == "KVCapacity" and "estimated 22416" in history["message"]
+    assert llmd["spec"]["serving"]["maxModelLen"] == 32768  # the spec is never written
+
+
+def test_restart_mid_remediation_does_not_step_twice(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
+    deploy(kubectl, namespace)
+    crash(kubectl, namespace, "qwen", "OOMKilled", 137)
+    wait_for("the first step", lambda: remediation(kubectl, namespace).get("rung") == 1, 30)
+    operator.stop()
+    operator.start()
+    time.sleep(3 * RESYNC_SECONDS + 4)
+    assert remediation(kubectl, namespace)["rung"] == 1
+    assert container(kubectl, namespace)["resources"]["limits"]["memory"] == "54Gi"
+
+
+def test_disabled_remediation_only_reports(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
+    deploy(kubectl, namespace, enabled=False)
+    before = kubectl.json("deployment", "qwen", "-n", namespace)["metadata"]["generation"]
+    crash(kubectl, namespace, "qwen", "OOMKilled", 137)
+    llmd = wait_condition(kubectl, namespace, "qwen", "Degraded", "True", timeout=30)
+    degraded = next(c for c in llmd["status"]["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "RemediationDisabled" and "OOMKilled" in degraded["message"]
+    assert kubectl.json("deployment", "qwen", "-n", namespace)["metadata"]["generation"] == before
+
+
+def test_non_memory_crash_is_reported_not_remediated(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
+    deploy(kubectl, namespace)
+    before = kubectl.json("deployment", "qwen", "-n", namespace)["metadata"]["generation"]
+    crash(kubectl, namespace, "qwen", "Error", 1, "OSError: qwen/Qwen3-8B does not appear to have a file named x")
+    llmd = wait_condition(kubectl, namespace, "qwen", "Degraded", "True", timeout=30)
+    assert next(c for c in llmd["status"]["conditions"] if c["type"] == "Degraded")["reason"] == "Crashed"
+    assert kubectl.json("deployment", "qwen", "-n", namespace)["metadata"]["generation"] == before
+
+
+def test_exhausted_after_max_steps(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
+    deploy(kubectl, namespace, maxSteps=1)
+    crash(kubectl, namespace, "qwen", "OOMKilled", 137)
+    wait_for("the first step", lambda: remediation(kubectl, namespace).get("rung") == 1, 30)
+    wait_for("the new pod", lambda: running_pods(kubectl, namespace, "qwen") and all(
+        p["status"]["containerStatuses"][0].get("restartCount", 0) == 0 for p in running_pods(kubectl, namespace, "qwen")),
+        60)
+    crash(kubectl, namespace, "qwen", "OOMKilled", 137)
+    llmd = wait_condition(kubectl, namespace, "qwen", "Degraded", "True", timeout=30)
+    degraded = next(c for c in llmd["status"]["conditions"] if c["type"] == "Degraded")
+    assert degraded["reason"] == "RemediationExhausted" and "after 1 steps" in degraded["message"]
+    assert remediation(kubectl, namespace)["rung"] == 1
