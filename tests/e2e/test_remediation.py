@@ -126,7 +126,8 @@ def test_exhausted_after_max_steps(kubectl: Kubectl, operator: Operator, namespa
     crash(kubectl, namespace, "qwen", "OOMKilled", 137)
     wait_for("the first step", lambda: remediation(kubectl, namespace).get("rung") == 1, 30)
     wait_for("the new pod", lambda: running_pods(kubectl, namespace, "qwen") and all(
-        p["status"]["containerStatuses"][0].get("restartCount", 0) == 0 for p in running_pods(kubectl, namespace, "qwen")),
+        p["status"]["containerStatuses"][0].get("restartCount", 0) == 0
+        for p in running_pods(kubectl, namespace, "qwen")),
         60)
     crash(kubectl, namespace, "qwen", "OOMKilled", 137)
     llmd = wait_condition(kubectl, namespace, "qwen", "Degraded", "True", timeout=30)

@@ -67,5 +67,5 @@ class PrometheusSignals:
     def healthy(self) -> bool:
         try:
             return bool(self._prom.check_prometheus_connection())
-        except Exception:  # noqa: BLE001 - any failure means "not reachable"
+        except Exception:
             return False

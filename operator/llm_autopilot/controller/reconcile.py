@@ -119,7 +119,8 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Kube, settings: Opera
 
     def request_for(pool: GPUPool, overrides: Overrides) -> PlanRequest:
         limit = pool.gpus_per_node if pool.nodes else None
-        return PlanRequest(model, pool.gpu, behaviour, apply_overrides(convert.targets(spec, max_gpus=limit), overrides))
+        targets = apply_overrides(convert.targets(spec, max_gpus=limit), overrides)
+        return PlanRequest(model, pool.gpu, behaviour, targets)
 
     return Context(spec, request_for, pools, memory)
 
@@ -136,7 +137,8 @@ class Rendered:
     inputs: WorkloadInputs
 
 
-def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner, settings: OperatorSettings) -> Rendered:
+def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
+           settings: OperatorSettings) -> Rendered:
     assert isinstance(choice.result, Plan) and choice.pool is not None
     plan, spec = choice.result, ctx.spec
     served_name = spec.model.served_model_name or spec.model.name.removeprefix("hf://")

@@ -61,6 +61,7 @@ def decide(*, now: float, policy: Policy, state: State, signal_is_memory: bool |
 
 def backoff_after_signal(state: State, now: float, policy: Policy) -> int:
     """A signal soon after relaxing means the relaxed rung was not safe: wait twice as long next time."""
-    if state.last_relax_at is not None and now - state.last_relax_at < policy.stable_window_seconds * state.relax_backoff:
+    window = policy.stable_window_seconds * state.relax_backoff
+    if state.last_relax_at is not None and now - state.last_relax_at < window:
         return min(state.relax_backoff * 2, MAX_RELAX_BACKOFF)
     return state.relax_backoff

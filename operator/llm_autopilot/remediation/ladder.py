@@ -87,14 +87,15 @@ def _shorter_context(r: Running, o: Overrides, reported: int | None) -> Candidat
     cap = max(cap, r.floor_max_model_len)
     if cap >= r.max_model_len:
         return None
-    return Candidate(dataclasses.replace(o, max_model_len=cap),
-                     f"max_model_len {r.max_model_len} -> {cap}" + (f" (vLLM estimated {reported})" if reported else ""))
+    note = f" (vLLM estimated {reported})" if reported else ""
+    return Candidate(dataclasses.replace(o, max_model_len=cap), f"max_model_len {r.max_model_len} -> {cap}{note}")
 
 
 def _fp8_kv(r: Running, o: Overrides) -> Candidate | None:
     if r.fp8_kv_cache or not r.fp8_kv_allowed:
         return None
-    return Candidate(dataclasses.replace(o, fp8_kv_cache=True), "KV cache dtype auto -> fp8 (half the bytes per token)")
+    return Candidate(dataclasses.replace(o, fp8_kv_cache=True),
+                     "KV cache dtype auto -> fp8 (half the bytes per token)")
 
 
 def _more_gpus(r: Running, o: Overrides) -> Candidate | None:
@@ -163,7 +164,8 @@ def candidates(c: Classification, r: Running, o: Overrides) -> list[Candidate]:
         case Signal.KV_CAPACITY:
             # vLLM measured less KV cache than planned: never plan longer than it said fits
             capped = o if not c.reported_max_len else dataclasses.replace(
-                o, max_model_len=min(o.max_model_len or r.max_model_len, max(c.reported_max_len, r.floor_max_model_len)))
+                o, max_model_len=min(o.max_model_len or r.max_model_len,
+                                     max(c.reported_max_len, r.floor_max_model_len)))
             options = [_shorter_context(r, o, c.reported_max_len), _fp8_kv(r, capped), _more_gpus(r, capped)]
         case Signal.NO_KV_MEMORY:
             options = [_fewer_batched_tokens(r, o), _eager(r, o), _more_gpus(r, o)]

@@ -1,0 +1,176 @@
+"""Remediation's pure core: classification of real vLLM messages, the ladder, the guards, evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_autopilot.domain.precision import KVCacheDtype
+from llm_autopilot.planner.plan import Targets
+from llm_autopilot.remediation.classify import Classification, Signal, classify_termination
+from llm_autopilot.remediation.evidence import apply_overrides, latest_crash
+from llm_autopilot.remediation.guards import Policy, State, Verdict, backoff_after_signal, decide
+from llm_autopilot.remediation.ladder import Overrides, Running, candidates
+
+V033_KV = ("ValueError: To serve at least one request with the model's max seq len (131072), (16.0 GiB KV cache is "
+           "needed, which is larger than the available KV cache memory (9.84 GiB). Based on the available memory, "
+           "the estimated maximum model length is 80608. Try increasing `gpu_memory_utilization` (which also "
+           "controls CPU memory on the CPU backend) or decreasing `max_model_len` when initializing the engine.")
+V019_KV = ("ValueError: To serve at least one request with the models's max seq len (32768), (4.00 GiB KV cache is "
+           "needed, which is larger than the available KV cache memory (2.91 GiB). Based on the available memory, "
+           "the estimated maximum model length is 23824. Try increasing `gpu_memory_utilization` or decreasing "
+           "`max_model_len` when initializing the engine.")
+OLD_KV = ("ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be "
+          "stored in KV cache (21264). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+          "initializing the engine.")
+CUDA_STARTUP = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                "of 79.19 GiB of which 1.02 GiB is free.\n...\nRuntimeError: Engine core initialization failed. "
+                "See root cause above. Failed core proc(s): {}")
+CUDA_RUNTIME = ("ERROR [core.py:700] EngineCore encountered a fatal error.\ntorch.OutOfMemoryError: CUDA out of "
+                "memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 79.19 GiB")
+SAMPLER = "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests."
+
+
+@pytest.mark.parametrize(("reason", "code", "message", "signal", "n"), [
+    ("OOMKilled", 137, "", Signal.HOST_OOM, None),
+    ("Error", 1, V033_KV, Signal.KV_CAPACITY, 80608),
+    ("Error", 1, V019_KV, Signal.KV_CAPACITY, 23824),
+    ("Error", 1, OLD_KV, Signal.KV_CAPACITY, 21264),
+    ("Error", 1, "larger than the available KV cache memory (0.5 GiB). Try", Signal.OTHER_CRASH, None),
+    ("Error", 1, "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+     Signal.NO_KV_MEMORY, None),
+    ("Error", 1, CUDA_STARTUP, Signal.CUDA_OOM_STARTUP, None),
+    ("Error", 1, SAMPLER, Signal.CUDA_OOM_STARTUP, None),
+    ("Error", 1, CUDA_RUNTIME, Signal.CUDA_OOM_RUNTIME, None),
+    ("Completed", 0, "", Signal.ENGINE_DIED, None),
+    ("Completed", 0, "EngineCore encountered a fatal error.", Signal.ENGINE_DIED, None),
+    ("Error", 1, "OSError: Qwen/Qwen3-8B does not appear to have a file named config.json", Signal.OTHER_CRASH, None),
+    ("Error", 137, "", Signal.OTHER_CRASH, None),  # SIGKILL without OOMKilled: e.g. a failed liveness probe
+])
+def test_classification_of_real_messages(reason: str, code: int, message: str, signal: Signal, n: int | None) -> None:
+    c = classify_termination(reason, code, message)
+    assert c.signal is signal and c.reported_max_len == n
+    assert c.evidence["exitCode"] == str(code)
+
+
+def test_kv_capacity_without_the_estimate_sentence_is_still_kv() -> None:
+    text = V033_KV.split(" Based on", maxsplit=1)[0]
+    c = classify_termination("Error", 1, text)
+    assert c.signal is Signal.KV_CAPACITY and c.reported_max_len is None
+
+
+def running(**changes: object) -> Running:
+    base: dict[str, object] = {
+        "max_model_len": 32768, "max_num_batched_tokens": 8192, "max_num_seqs": 1024, "enforce_eager": False,
+        "gpu_memory_utilization": 0.92, "fp8_kv_cache": False, "gpus": 1, "replicas": 1, "memory_limit_gib": 36.0,
+        "fp8_kv_allowed": True, "max_gpus": 8, "max_replicas": 3, "node_memory_gib": 192.0,
+        "floor_max_model_len": 8192, "floor_gpu_memory_utilization": 0.7, "floor_max_num_seqs": 8,
+        "floor_max_num_batched_tokens": 512}
+    base.update(changes)
+    return Running(**base)  # type: ignore[arg-type]
+
+
+def actions(signal: Signal, r: Running, n: int | None = None) -> list[str]:
+    return [c.action for c in candidates(classify_for(signal, n), r, Overrides())]
+
+
+def classify_for(signal: Signal, n: int | None = None) -> Classification:
+    return Classification(signal, "test", n)
+
+
+def test_ladder_orders() -> None:
+    assert actions(Signal.KV_CAPACITY, running(), 22416) == [
+        "max_model_len 32768 -> 22272 (vLLM estimated 22416)", "KV cache dtype auto -> fp8 (half the bytes per token)",
+        "GPUs per replica 1 -> 2"]
+    assert actions(Signal.CUDA_OOM_STARTUP, running()) == [
+        "max_num_batched_tokens 8192 -> 4096", "enforce eager mode (no CUDA graphs)",
+        "gpu_memory_utilization 0.92 -> 0.88"]
+    assert actions(Signal.CUDA_OOM_RUNTIME, running()) == [
+        "max_num_seqs 1024 -> 512, max_num_batched_tokens 8192 -> 4096",
+        "KV cache dtype auto -> fp8 (half the bytes per token)", "GPUs per replica 1 -> 2",
+        "gpu_memory_utilization 0.92 -> 0.88"]
+    assert actions(Signal.HOST_OOM, running()) == ["container memory limit 36Gi -> 54Gi"]
+    assert actions(Signal.KV_SATURATION, running()) == [
+        "KV cache dtype auto -> fp8 (half the bytes per token)", "replicas 1 -> 2", "GPUs per replica 1 -> 2",
+        "max_num_seqs 1024 -> 512"]
+    assert actions(Signal.OTHER_CRASH, running()) == [] and actions(Signal.ENGINE_DIED, running()) == []
+
+
+def test_ladder_respects_floors_and_limits() -> None:
+    at_floor = running(max_model_len=8192, fp8_kv_cache=True, gpus=8, max_num_batched_tokens=512, max_num_seqs=8,
+                       enforce_eager=True, gpu_memory_utilization=0.7, replicas=3, memory_limit_gib=192.0)
+    for signal in Signal:
+        assert actions(signal, at_floor, 4000) == []
+    assert actions(Signal.KV_CAPACITY, running(fp8_kv_allowed=False, max_gpus=1), 4000) == [
+        "max_model_len 32768 -> 8192 (vLLM estimated 4000)"]  # never below the floor
+    assert actions(Signal.HOST_OOM, running(memory_limit_gib=150.0)) == ["container memory limit 150Gi -> 192Gi"]
+
+
+def test_kv_capacity_keeps_the_reported_cap_on_later_rungs() -> None:
+    c = candidates(classify_for(Signal.KV_CAPACITY, 40000), running(max_model_len=32768), Overrides())
+    # 32768 already fits under 40000: the shorter-context rung is skipped, and the others keep the cap
+    assert [x.overrides.max_model_len for x in c] == [32768, 32768]
+
+
+def test_overrides_round_trip_through_the_status() -> None:
+    o = Overrides(max_model_len=20000, fp8_kv_cache=True, min_gpus=2, memory_limit_gib=54.0, enforce_eager=True)
+    assert Overrides.from_status(o.to_status()) == o
+    assert Overrides().to_status() == {}
+
+
+def test_overrides_only_tighten_the_targets() -> None:
+    t = apply_overrides(Targets(max_model_len=32768, min_max_model_len=16384), Overrides(
+        max_model_len=12000, fp8_kv_cache=True, min_gpus=2, max_num_seqs=64, gpu_memory_utilization=0.85))
+    assert (t.max_model_len, t.min_max_model_len) == (12000, 12000)
+    assert t.allowed_kv_cache_dtypes == (KVCacheDtype.FP8,) and t.min_gpus == 2 and t.max_num_seqs == 64
+    assert apply_overrides(t, Overrides()) == t
+
+
+POLICY = Policy(enabled=True, cooldown_seconds=600, max_steps=3, stable_window_seconds=3600)
+
+
+@pytest.mark.parametrize(("state", "signal", "rollout", "verdict"), [
+    (State(), True, True, Verdict.STEP),
+    (State(), False, True, Verdict.NOT_MEMORY),
+    (State(rung=3), True, True, Verdict.EXHAUSTED),
+    (State(), True, False, Verdict.WAIT_ROLLOUT),
+    (State(rung=1, last_step_at=9_700), True, True, Verdict.WAIT_COOLDOWN),
+    (State(rung=1, last_step_at=9_000), True, True, Verdict.STEP),
+    (State(), None, True, Verdict.IDLE),
+    (State(rung=1, last_step_at=6_401), None, True, Verdict.IDLE),  # calm for 3599 s of the 3600 s window
+    (State(rung=1, last_step_at=6_400), None, True, Verdict.RELAX),
+    (State(rung=1, last_step_at=5_000), None, False, Verdict.IDLE),  # not while rolling out
+    (State(rung=1, last_step_at=1_000, relax_backoff=4), None, True, Verdict.IDLE),
+    (State(rung=1, last_step_at=1_000, last_signal_at=9_000), None, True, Verdict.IDLE),
+])
+def test_guards(state: State, signal: bool | None, rollout: bool, verdict: Verdict) -> None:
+    assert decide(now=10_000, policy=POLICY, state=state, signal_is_memory=signal, rollout_complete=rollout) is verdict
+
+
+def test_disabled_only_observes() -> None:
+    off = Policy(enabled=False, cooldown_seconds=0, max_steps=5, stable_window_seconds=60)
+    verdict = decide(now=0, policy=off, state=State(), signal_is_memory=True, rollout_complete=True)
+    assert verdict is Verdict.OBSERVE_ONLY
+
+
+def test_relax_backoff_doubles_when_the_signal_returns_soon_after() -> None:
+    relaxed = State(rung=0, last_relax_at=9_000, relax_backoff=2)
+    assert backoff_after_signal(relaxed, 10_000, POLICY) == 4
+    assert backoff_after_signal(State(last_relax_at=1_000, relax_backoff=2), 100_000, POLICY) == 2
+    assert backoff_after_signal(State(last_relax_at=9_999, relax_backoff=16), 10_000, POLICY) == 16
+
+
+def _pod(name: str, plan: str, terminated: dict[str, object] | None, restarts: int = 1) -> dict[str, object]:
+    status = {"name": "vllm", "restartCount": restarts, "lastState": {"terminated": terminated} if terminated else {}}
+    return {"metadata": {"name": name, "annotations": {"h": plan}}, "status": {"containerStatuses": [status]}}
+
+
+def test_latest_crash_ignores_pods_of_older_plans_and_picks_the_newest() -> None:
+    old = _pod("a", "old", {"reason": "OOMKilled", "exitCode": 137, "finishedAt": "2026-01-01T00:00:09Z"})
+    early = _pod("b", "new", {"reason": "Error", "exitCode": 1, "message": V033_KV,
+                              "finishedAt": "2026-01-01T00:00:01Z"})
+    late = _pod("c", "new", {"reason": "OOMKilled", "exitCode": 137, "finishedAt": "2026-01-01T00:00:05Z"}, 3)
+    healthy = _pod("d", "new", None, 0)
+    found = latest_crash([old, early, late, healthy], container="vllm", plan_hash="new", plan_hash_annotation="h")
+    assert found is not None and found.pod == "c" and found.classification.signal is Signal.HOST_OOM
+    assert found.key == "c/3/2026-01-01T00:00:05Z" and found.classification.evidence["pod"] == "c"
+    assert latest_crash([old, healthy], container="vllm", plan_hash="new", plan_hash_annotation="h") is None
