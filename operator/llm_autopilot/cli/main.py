@@ -6,9 +6,11 @@ User mistakes end in a one-line ``error: ...`` and exit code 2, never a tracebac
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
@@ -269,21 +271,42 @@ def catalog_gpus_command(output: str) -> None:
               help="Namespace to watch (repeatable); default: LLM_AUTOPILOT_NAMESPACES, else all.")
 @click.option("--standalone/--peering", default=True, show_default=True,
               help="Run alone, or coordinate with other replicas through Kopf peering.")
-@click.option("--priority", type=int, default=0, help="Peering priority (the highest runs).")
+@click.option("--priority", type=int, default=None,
+              help="Peering priority (the highest runs). Default: derived from the pod name, so replicas differ.")
+@click.option("--peering-name", default="llm-autopilot", show_default=True, help="Name of the KopfPeering object.")
 @click.option("--liveness", default=None, help="Liveness endpoint, e.g. http://0.0.0.0:8080/healthz.")
+@click.option("--log-format", type=click.Choice(["plain", "json"]), default="plain", show_default=True)
 @click.option("--verbose", is_flag=True)
-def operator_command(namespaces: tuple[str, ...], standalone: bool, priority: int, liveness: str | None,
-                     verbose: bool) -> None:
+def operator_command(namespaces: tuple[str, ...], standalone: bool, priority: int | None, peering_name: str,
+                     liveness: str | None, log_format: str, verbose: bool) -> None:
     """Run the operator: reconcile LLMDeployments (and serve the admission webhook when enabled)."""
     import kopf  # noqa: PLC0415 - the operator's dependencies load only for this command
 
     from llm_autopilot.controller import handlers  # noqa: PLC0415 - importing registers the handlers
 
     watched = namespaces or handlers.SETTINGS.namespaces
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    kopf.run(standalone=standalone, priority=priority, liveness_endpoint=liveness,
+    level = logging.DEBUG if verbose else logging.INFO
+    if log_format == "json":
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter())
+        logging.basicConfig(level=level, handlers=[handler])
+    else:
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if priority is None:  # equal priorities freeze every replica: give each its own
+        priority = int(hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6], 16) % 1000
+    kopf.run(standalone=standalone, priority=priority, peering_name=peering_name, liveness_endpoint=liveness,
              clusterwide=not watched, namespaces=list(watched))
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per log line, for log pipelines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload = {"time": self.formatTime(record), "level": record.levelname, "logger": record.name,
+                   "message": record.getMessage()}
+        if record.exc_info:
+            payload["exception"] = self.formatException(record.exc_info)
+        return json.dumps(payload)
 
 
 @cli.command()

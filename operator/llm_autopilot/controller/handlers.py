@@ -45,14 +45,27 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger | logging.
     settings.watching.server_timeout = 300
     if SETTINGS.webhook_enabled:
         host = SETTINGS.webhook_host or SETTINGS.webhook_addr
-        cert_dir = Path(SETTINGS.webhook_cert_dir or tempfile.mkdtemp(prefix="llm-autopilot-webhook-"))
-        certfile, keyfile = self_signed(cert_dir, [host, "localhost"])
+        if SETTINGS.webhook_certfile and SETTINGS.webhook_keyfile:
+            certfile, keyfile = Path(SETTINGS.webhook_certfile), Path(SETTINGS.webhook_keyfile)
+            cafile = Path(SETTINGS.webhook_cafile) if SETTINGS.webhook_cafile else certfile
+        else:
+            cert_dir = Path(SETTINGS.webhook_cert_dir or tempfile.mkdtemp(prefix="llm-autopilot-webhook-"))
+            certfile, keyfile = self_signed(cert_dir, [host, "localhost"])
+            cafile = certfile
         settings.admission.server = kopf.WebhookServer(
             addr=SETTINGS.webhook_addr, port=SETTINGS.webhook_port, host=host,
-            certfile=str(certfile), pkeyfile=str(keyfile), cafile=str(certfile))
-        settings.admission.managed = GROUP
+            certfile=str(certfile), pkeyfile=str(keyfile), cafile=str(cafile))
+        if SETTINGS.webhook_managed:  # otherwise the Helm chart ships the ValidatingWebhookConfiguration
+            settings.admission.managed = GROUP
         logger.info("admission webhook on https://%s:%s", host, SETTINGS.webhook_port)
     kube()
+
+
+@kopf.on.probe(id="kubernetes-api")
+def api_reachable(**_: Any) -> bool:
+    """Liveness detail at /healthz: the operator can still talk to the API server."""
+    kube().core.get_api_resources()
+    return True
 
 
 def _report(out: Outcome, body: kopf.Body, patch: kopf.Patch) -> None:

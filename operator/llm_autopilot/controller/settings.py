@@ -40,6 +40,12 @@ class OperatorSettings:
     webhook_host: str | None = None
     webhook_port: int = 9443
     webhook_cert_dir: str | None = None
+    #: a mounted certificate (cert-manager or the chart) instead of a generated self-signed one
+    webhook_certfile: str | None = None
+    webhook_keyfile: str | None = None
+    webhook_cafile: str | None = None
+    #: Kopf creates/patches the ValidatingWebhookConfiguration (local clusters); false when the chart ships it
+    webhook_managed: bool = True
     #: Hub look-ups for models outside the catalog
     hub_timeout_seconds: float = 10.0
     extra: dict[str, str] = field(default_factory=dict)
@@ -62,5 +68,9 @@ class OperatorSettings:
             webhook_host=e.get("LLM_AUTOPILOT_WEBHOOK_HOST") or None,
             webhook_port=int(e.get("LLM_AUTOPILOT_WEBHOOK_PORT", defaults.webhook_port)),
             webhook_cert_dir=e.get("LLM_AUTOPILOT_WEBHOOK_CERT_DIR") or None,
+            webhook_certfile=e.get("LLM_AUTOPILOT_WEBHOOK_CERT_FILE") or None,
+            webhook_keyfile=e.get("LLM_AUTOPILOT_WEBHOOK_KEY_FILE") or None,
+            webhook_cafile=e.get("LLM_AUTOPILOT_WEBHOOK_CA_FILE") or None,
+            webhook_managed=e.get("LLM_AUTOPILOT_WEBHOOK_MANAGED", "true").lower() not in ("0", "false", "no", "off"),
             hub_timeout_seconds=float(e.get("LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS", defaults.hub_timeout_seconds)),
         )
