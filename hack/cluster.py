@@ -9,18 +9,24 @@ plain processes bound to 127.0.0.1:
 * kwok, which fakes the kubelets of simulated GPU nodes (NVIDIA GPU Feature
   Discovery labels, ``nvidia.com/gpu`` capacity) and drives pod lifecycles
   through the Stage objects in ``hack/kwok/stages.yaml``;
-* kube-state-metrics (metrics about the cluster's objects, for Prometheus).
+* kube-state-metrics (metrics about the cluster's objects, for Prometheus);
+* Prometheus (Debian's ``/usr/bin/prometheus``, not built here), scraping
+  kube-state-metrics and the simulated vLLM pods that ``hack/vllm_sim.py``
+  lists in ``<state>/prometheus/vllm-targets/*.json`` (file_sd).
 
-Components are a table (`COMPONENTS`), started in order, so more (e.g.
-Prometheus) can be added without touching the start/stop logic.
+Components are a table (`COMPONENTS`), started in order, so more can be
+added without touching the start/stop logic.
 
 Subcommands::
 
     cluster.py build [COMPONENT ...]  build (or reuse cached) binaries
-    cluster.py up [--no-nodes]        start the cluster, create GPU node pools
+    cluster.py up [--no-nodes] [--no-prometheus]
+                                      start the cluster, create GPU node pools
     cluster.py nodes [--print]        (re)create the GPU node pools
     cluster.py status                 show the state of every component
     cluster.py env                    print ``export KUBECONFIG=...`` lines
+                                      (and LLM_AUTOPILOT_PROMETHEUS_URL)
+    cluster.py stop|start COMPONENT   stop/start one component (e.g. prometheus)
     cluster.py down [--keep]          stop everything, remove state
     cluster.py pin                    regenerate hack/tools/*/go.mod from pins
 
@@ -32,8 +38,9 @@ Environment:
 * ``LLM_AUTOPILOT_PORT_BASE``: first port of the block of 100 the cluster
   uses (default 26400; the API server is on base+43).
 
-Only the Python 3.11 standard library, the ``go`` toolchain and the
-``openssl`` CLI are used.
+Only the Python 3.11 standard library, the ``go`` toolchain, the
+``openssl`` CLI and (for Prometheus) the Debian ``prometheus`` package are
+used.
 """
 
 from __future__ import annotations
@@ -98,6 +105,14 @@ NODE_IP = "127.0.0.1"  # node InternalIP: kubelet traffic stays on loopback
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 POOL_LABEL = "llm-autopilot.io/node-pool"
+
+# Prometheus comes from Debian (`apt-get install -y prometheus`, 2.42), not
+# from a Go build: its web UI assets make a module build impractical.
+PROMETHEUS_BINARY = Path("/usr/bin/prometheus")
+PROMTOOL_BINARY = Path("/usr/bin/promtool")
+PROMETHEUS_SCRAPE_SECONDS = 2
+PROMETHEUS_RETENTION = "6h"
+VLLM_TARGETS_REFRESH = "5s"
 
 STOP_GRACE_SECONDS = 10.0
 UNHEALTHY_GRACE_SECONDS = 15.0  # before `up` restarts a running, unhealthy component
@@ -552,21 +567,33 @@ class Cluster:
 
     root: Path
     ports: dict[str, int]
+    disabled: list[str] = dataclasses.field(default_factory=list)  # e.g. ["prometheus"] (`up --no-prometheus`)
 
     @classmethod
     def load(cls, *, fresh: bool = False) -> Cluster:
         """The cluster in the state dir; `fresh` ignores its saved ports."""
         root = state_dir()
         meta = root / "cluster.json"
+        base = int(os.environ.get("LLM_AUTOPILOT_PORT_BASE", DEFAULT_PORT_BASE))
+        defaults = {k: base + off for k, off in PORT_OFFSETS.items()}
         if meta.exists() and not fresh:
             data = json.loads(meta.read_text())
-            return cls(root=root, ports={k: int(v) for k, v in data["ports"].items()})
-        base = int(os.environ.get("LLM_AUTOPILOT_PORT_BASE", DEFAULT_PORT_BASE))
-        return cls(root=root, ports={k: base + off for k, off in PORT_OFFSETS.items()})
+            # a state dir from before a port key existed gets it from the same base
+            saved_base = int(data["ports"].get("apiserver", base + PORT_OFFSETS["apiserver"])) - PORT_OFFSETS[
+                "apiserver"
+            ]
+            ports = {k: saved_base + off for k, off in PORT_OFFSETS.items()}
+            ports.update({k: int(v) for k, v in data["ports"].items()})
+            return cls(root=root, ports=ports, disabled=list(data.get("disabled", [])))
+        return cls(root=root, ports=defaults)
 
     def save(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        data = {"ports": self.ports, "versions": {n: b.version for n, b in BINARIES.items()}}
+        data = {
+            "ports": self.ports,
+            "versions": {n: b.version for n, b in BINARIES.items()},
+            "disabled": self.disabled,
+        }
         (self.root / "cluster.json").write_text(json.dumps(data, indent=2) + "\n")
 
     @property
@@ -596,6 +623,19 @@ class Cluster:
 
     def data_dir(self, name: str) -> Path:
         return self.root / "data" / name
+
+    @property
+    def prometheus_dir(self) -> Path:
+        """Generated Prometheus config and the file_sd directory for vLLM targets."""
+        return self.root / "prometheus"
+
+    @property
+    def vllm_targets_dir(self) -> Path:
+        return self.prometheus_dir / "vllm-targets"
+
+    @property
+    def prometheus_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['prometheus']}"
 
 
 # ==========================================================================
@@ -770,6 +810,67 @@ def kube_state_metrics_args(c: Cluster) -> list[str]:
     ]
 
 
+def prometheus_config(c: Cluster) -> str:
+    """prometheus.yml: kube-state-metrics and the file_sd-listed vLLM pods, every 2 s.
+
+    A vLLM target in ``<state>/prometheus/vllm-targets/*.json`` looks like
+    ``{"targets": ["127.0.0.1:PORT"], "labels": {"namespace": NS, "pod": POD,
+    "__metrics_path__": "/metrics/NS/POD"}}``: the ``namespace``/``pod``
+    target labels are what a ServiceMonitor's standard relabelling gives, so
+    queries written for a real cluster work unchanged.
+    """
+    every = f"{PROMETHEUS_SCRAPE_SECONDS}s"
+    cfg = {
+        "global": {"scrape_interval": every, "scrape_timeout": every, "evaluation_interval": every},
+        "scrape_configs": [
+            {
+                "job_name": "kube-state-metrics",
+                "scrape_interval": every,
+                "scrape_timeout": every,
+                "honor_labels": True,  # keep KSM's own namespace/pod/container labels
+                "static_configs": [{"targets": [f"127.0.0.1:{c.ports['kube-state-metrics']}"]}],
+            },
+            {
+                "job_name": "vllm",
+                "scrape_interval": every,
+                "scrape_timeout": every,
+                "file_sd_configs": [
+                    {"files": [str(c.vllm_targets_dir / "*.json")], "refresh_interval": VLLM_TARGETS_REFRESH}
+                ],
+            },
+        ],
+    }
+    # JSON is valid YAML; Prometheus reads it as its YAML config.
+    return "# generated by hack/cluster.py; rewritten on every start\n" + json.dumps(cfg, indent=2) + "\n"
+
+
+def prepare_prometheus(c: Cluster) -> None:
+    """Write prometheus.yml (validated by promtool) and create the file_sd dir."""
+    c.vllm_targets_dir.mkdir(parents=True, exist_ok=True)
+    c.data_dir("prometheus").mkdir(parents=True, exist_ok=True)
+    config = c.prometheus_dir / "prometheus.yml"
+    config.write_text(prometheus_config(c))
+    if PROMTOOL_BINARY.exists():
+        check = subprocess.run(
+            [str(PROMTOOL_BINARY), "check", "config", str(config)], capture_output=True, text=True, check=False
+        )
+        if check.returncode != 0:
+            raise ClusterError(f"promtool check config {config} failed:\n{check.stdout}{check.stderr}")
+    else:
+        log(f"prometheus: {PROMTOOL_BINARY} missing, config not validated")
+
+
+def prometheus_args(c: Cluster) -> list[str]:
+    return [
+        f"--config.file={c.prometheus_dir / 'prometheus.yml'}",
+        f"--storage.tsdb.path={c.data_dir('prometheus')}",
+        f"--storage.tsdb.retention.time={PROMETHEUS_RETENTION}",
+        f"--web.listen-address=127.0.0.1:{c.ports['prometheus']}",
+        "--web.enable-lifecycle",  # POST /-/reload
+        "--log.level=warn",
+    ]
+
+
 def release_node_leases(c: Cluster) -> None:
     """Delete node Leases left by a previous kwok process.
 
@@ -791,12 +892,18 @@ class Component:
     """
 
     name: str
-    binary: str  # key of BINARIES
+    binary: str  # key of BINARIES (built from Go modules), unless `system_binary`
     args: Callable[[Cluster], list[str]]
     healthy: Callable[[Cluster], bool]
     ports: tuple[str, ...]  # keys of Cluster.ports it listens on
     start_timeout: float = 90.0
     before_start: Callable[[Cluster], None] | None = None
+    system_binary: Path | None = None  # an OS package's binary instead of a built one
+    optional: bool = False  # `up --no-<name>` skips it
+
+    @property
+    def executable(self) -> Path:
+        return self.system_binary if self.system_binary else BINARIES[self.binary].path
 
 
 def https_healthz(port_key: str) -> Callable[[Cluster], bool]:
@@ -848,7 +955,39 @@ COMPONENTS: tuple[Component, ...] = (
         lambda c: http_ok(f"http://127.0.0.1:{c.ports['kube-state-metrics']}/healthz"),
         ports=("kube-state-metrics", "kube-state-metrics-telemetry"),
     ),
+    Component(
+        "prometheus",
+        "prometheus",
+        prometheus_args,
+        lambda c: http_ok(f"{c.prometheus_url}/-/ready"),
+        ports=("prometheus",),
+        start_timeout=60.0,
+        before_start=prepare_prometheus,
+        system_binary=PROMETHEUS_BINARY,
+        optional=True,
+    ),
 )
+COMPONENT_NAMES = tuple(c.name for c in COMPONENTS)
+
+
+def component(name: str) -> Component:
+    for comp in COMPONENTS:
+        if comp.name == name:
+            return comp
+    raise ClusterError(f"unknown component {name!r}; known: {', '.join(COMPONENT_NAMES)}")
+
+
+def enabled_components(cluster: Cluster) -> list[Component]:
+    return [c for c in COMPONENTS if c.name not in cluster.disabled]
+
+
+def check_system_binary(comp: Component) -> None:
+    if comp.system_binary and not os.access(comp.system_binary, os.X_OK):
+        hint = f" (or `up --no-{comp.name}`)" if comp.optional else ""
+        raise ClusterError(
+            f"{comp.name}: {comp.system_binary} not found. Install it with "
+            f"`apt-get install -y {comp.name}`{hint}"
+        )
 
 
 def port_in_use(port: int) -> bool:
@@ -880,7 +1019,7 @@ def read_pid(cluster: Cluster, comp: Component) -> int | None:
         exe = os.readlink(f"/proc/{pid}/exe")
     except (OSError, ValueError, IndexError):
         return None
-    expected = str(BINARIES[comp.binary].path.resolve())
+    expected = str(comp.executable.resolve())
     return pid if exe.removesuffix(" (deleted)") == expected else None
 
 
@@ -892,9 +1031,8 @@ def tail(path: Path, lines: int = 25) -> str:
 
 
 def start_component(cluster: Cluster, comp: Component) -> None:
-    binary = BINARIES[comp.binary]
     log_path = cluster.log_file(comp.name)
-    cmd = [str(binary.path), *comp.args(cluster)]
+    cmd = [str(comp.executable), *comp.args(cluster)]
     start = time.monotonic()
     with log_path.open("a") as out:
         out.write(f"\n==== {datetime.datetime.now(datetime.UTC).isoformat()} {' '.join(cmd)}\n")
@@ -937,19 +1075,25 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float) -> None:
     log(f"{what}: ok ({fmt_duration(time.monotonic() - start)})")
 
 
-def up(with_nodes: bool) -> None:
+def up(with_nodes: bool, disabled: Sequence[str] = ()) -> None:
     start = time.monotonic()
     cluster = Cluster.load()
+    cluster.disabled = list(disabled)
+    wanted = enabled_components(cluster)
+    for comp in wanted:
+        check_system_binary(comp)
     running = [c for c in COMPONENTS if read_pid(cluster, c) and c.healthy(cluster)]
-    if len(running) == len(COMPONENTS):
+    if all(c in running for c in wanted):
         log(f"cluster is already up at {cluster.server} (state {cluster.root})")
+        cluster.save()
         if with_nodes:
             create_nodes(Api(cluster))
         print(f"export KUBECONFIG={cluster.kubeconfig}")
         return
     if not running:  # nothing runs: take ports from the environment again
         cluster = Cluster.load(fresh=True)
-    build(sorted({c.binary for c in COMPONENTS} | {"kubectl"}))
+        cluster.disabled = list(disabled)
+    build(sorted({c.binary for c in wanted if not c.system_binary} | {"kubectl"}))
     cluster.save()
     for sub in ("logs", "run", "kubeconfigs", "data"):
         (cluster.root / sub).mkdir(parents=True, exist_ok=True)
@@ -958,7 +1102,7 @@ def up(with_nodes: bool) -> None:
     for name, (cert, subject) in CLIENT_IDENTITIES.items():
         user = subject.rsplit("CN=", 1)[1]
         write_kubeconfig(cluster.component_kubeconfig(name), cluster.server, cluster.pki, cert, user)
-    for comp in COMPONENTS:
+    for comp in wanted:
         if comp in running:
             log(f"{comp.name}: already running (pid {read_pid(cluster, comp)})")
             continue
@@ -982,6 +1126,8 @@ def up(with_nodes: bool) -> None:
     )
     if with_nodes:
         create_nodes(api)
+    if "prometheus" not in cluster.disabled:
+        log(f"prometheus: {cluster.prometheus_url} (vLLM file_sd targets: {cluster.vllm_targets_dir})")
     log(f"cluster up in {fmt_duration(time.monotonic() - start)}; KUBECONFIG={cluster.kubeconfig}")
     print(f"export KUBECONFIG={cluster.kubeconfig}")
 
@@ -1041,7 +1187,9 @@ def status() -> int:
     all_ok = True
     for comp in COMPONENTS:
         pid = read_pid(cluster, comp)
-        if pid is None:
+        if pid is None and comp.name in cluster.disabled:
+            state = "disabled"
+        elif pid is None:
             state, all_ok = "stopped", False
         elif comp.healthy(cluster):
             state = "healthy"
@@ -1062,6 +1210,9 @@ def status() -> int:
             git = version.get("gitVersion") if isinstance(version, dict) else version
             print(f"{'api':<24} {cluster.server} version={git} nodes={ready}/{len(items)} Ready")
     print(f"{'kubeconfig':<24} {cluster.kubeconfig}")
+    if "prometheus" not in cluster.disabled:
+        print(f"{'prometheus url':<24} {cluster.prometheus_url}")
+        print(f"{'vllm targets (file_sd)':<24} {cluster.vllm_targets_dir}")
     return 0 if all_ok else 1
 
 
@@ -1069,6 +1220,44 @@ def env() -> None:
     cluster = Cluster.load()
     print(f"export KUBECONFIG={cluster.kubeconfig}")
     print(f"export PATH={BINARIES['kubectl'].path.parent}:$PATH")
+    if "prometheus" not in cluster.disabled:
+        print(f"export LLM_AUTOPILOT_PROMETHEUS_URL={cluster.prometheus_url}")
+        print(f"export LLM_AUTOPILOT_VLLM_TARGETS_DIR={cluster.vllm_targets_dir}")
+
+
+def stop_one(name: str) -> None:
+    """Stop one component (e.g. Prometheus, to simulate an outage); state is kept."""
+    cluster = Cluster.load()
+    comp = component(name)
+    pid = read_pid(cluster, comp)
+    if pid:
+        stop_pid(comp.name, pid)
+    else:
+        log(f"{comp.name}: not running")
+    cluster.pid_file(comp.name).unlink(missing_ok=True)
+
+
+def start_one(name: str) -> None:
+    """Start one stopped component again and wait until it is healthy."""
+    cluster = Cluster.load()
+    comp = component(name)
+    if not (cluster.root / "cluster.json").exists():
+        raise ClusterError(f"no cluster state in {cluster.root}: run `cluster.py up` first")
+    check_system_binary(comp)
+    pid = read_pid(cluster, comp)
+    if pid and comp.healthy(cluster):
+        log(f"{comp.name}: already running (pid {pid})")
+        return
+    if pid:
+        log(f"{comp.name}: running but unhealthy, restarting it")
+        stop_pid(comp.name, pid)
+    if comp.name in cluster.disabled:
+        cluster.disabled.remove(comp.name)
+        cluster.save()
+    check_ports_free(cluster, comp)
+    if comp.before_start:
+        comp.before_start(cluster)
+    start_component(cluster, comp)
 
 
 # ==========================================================================
@@ -1210,6 +1399,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_build.add_argument("components", nargs="*", metavar="COMPONENT", help=f"subset of {', '.join(BINARIES)}")
     p_up = sub.add_parser("up", help="start the cluster (idempotent)")
     p_up.add_argument("--no-nodes", action="store_true", help="skip the GPU node pools")
+    for comp in COMPONENTS:
+        if comp.optional:
+            p_up.add_argument(f"--no-{comp.name}", action="append_const", const=comp.name, dest="disabled",
+                              help=f"do not start {comp.name}")
+    p_stop = sub.add_parser("stop", help="stop one component (state kept), e.g. `stop prometheus`")
+    p_stop.add_argument("component", choices=COMPONENT_NAMES)
+    p_start = sub.add_parser("start", help="start one stopped component, e.g. `start prometheus`")
+    p_start.add_argument("component", choices=COMPONENT_NAMES)
     p_down = sub.add_parser("down", help="stop the cluster")
     p_down.add_argument("--keep", action="store_true", help="keep the state directory")
     sub.add_parser("env", help="print shell exports for KUBECONFIG and kubectl")
@@ -1222,9 +1419,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "build":
             build(args.components)
         elif args.command == "up":
-            up(with_nodes=not args.no_nodes)
+            up(with_nodes=not args.no_nodes, disabled=args.disabled or ())
         elif args.command == "down":
             down(keep=args.keep)
+        elif args.command == "stop":
+            stop_one(args.component)
+        elif args.command == "start":
+            start_one(args.component)
         elif args.command == "env":
             env()
         elif args.command == "status":

@@ -115,7 +115,8 @@ def operator(kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iter
     workdir = tmp_path_factory.mktemp("operator")
     env = {**kubectl.env, "LLM_AUTOPILOT_RESYNC_SECONDS": str(RESYNC_SECONDS), "LLM_AUTOPILOT_WEBHOOK": "true",
            "LLM_AUTOPILOT_WEBHOOK_PORT": str(_free_port()), "LLM_AUTOPILOT_WEBHOOK_CERT_DIR": str(workdir / "certs"),
-           "HF_ENDPOINT": "http://127.0.0.1:9", "LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS": "1"}
+           "HF_ENDPOINT": "http://127.0.0.1:9", "LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS": "1",
+           "LLM_AUTOPILOT_METRICS_PORT": str(_free_port())}
     op = Operator(env, workdir / "operator.log")
     op.start()
     # the webhook configuration appears once Kopf's admission server is up

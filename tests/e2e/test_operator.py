@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,17 @@ def test_resync_and_restart_write_nothing(kubectl: Kubectl, operator: Operator, 
     time.sleep(3 * RESYNC_SECONDS + 5)  # startup and several resyncs of the new process
     assert operator.process is not None and operator.process.poll() is None, operator.output()[-2000:]
     assert _versions(kubectl, namespace, "qwen3-8b") == before, "the restarted operator wrote"
+
+
+def test_operator_metrics(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
+    apply_example(kubectl, namespace, "qwen3-8b-l4.yaml")
+    wait_condition(kubectl, namespace, "qwen3-8b", "Planned", "True")
+    kubectl("apply", "-n", namespace, "-f", str(EXAMPLES / "infeasible-llama-405b.yaml"), check=False)
+    url = f"http://127.0.0.1:{operator.env['LLM_AUTOPILOT_METRICS_PORT']}/metrics"
+    text = urllib.request.urlopen(url, timeout=5).read().decode()
+    samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+               if line.startswith("llm_autopilot_")}
+    assert samples['llm_autopilot_reconciles_total{result="ok"}'] >= 1
+    assert samples['llm_autopilot_plans_total{outcome="feasible"}'] >= 1
+    assert samples['llm_autopilot_admission_reviews_total{verdict="rejected"}'] >= 1
+    assert samples["llm_autopilot_plan_duration_seconds_count"] >= 1

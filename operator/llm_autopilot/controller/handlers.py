@@ -14,6 +14,7 @@ import kopf
 
 from llm_autopilot.api import GROUP, PLURAL, VERSION
 from llm_autopilot.api.conditions import READY, deployment_ready, get_condition, set_condition
+from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.admission import review
 from llm_autopilot.controller.certs import self_signed
 from llm_autopilot.controller.kube import Kube, load_config
@@ -58,6 +59,9 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger | logging.
         if SETTINGS.webhook_managed:  # otherwise the Helm chart ships the ValidatingWebhookConfiguration
             settings.admission.managed = GROUP
         logger.info("admission webhook on https://%s:%s", host, SETTINGS.webhook_port)
+    if SETTINGS.metrics_port:
+        telemetry.serve(SETTINGS.metrics_port, SETTINGS.metrics_addr)
+        logger.info("metrics on http://%s:%s/metrics", SETTINGS.metrics_addr, SETTINGS.metrics_port)
     kube()
 
 
@@ -77,9 +81,15 @@ def _report(out: Outcome, body: kopf.Body, patch: kopf.Patch) -> None:
 
 def _reconcile(body: kopf.Body, patch: kopf.Patch) -> None:
     meta = body.get("metadata", {})
-    out = reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
-                    generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
-                    status=dict(body.get("status") or {}), kube=kube(), settings=SETTINGS)
+    try:
+        out = reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
+                        generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
+                        status=dict(body.get("status") or {}), kube=kube(), settings=SETTINGS)
+    except Exception:
+        telemetry.RECONCILES.labels("error").inc()
+        raise
+    telemetry.RECONCILES.labels("retry" if out.retry else "ok").inc()
+    telemetry.WRITES.inc(out.writes + (1 if out.status else 0))
     _report(out, body, patch)
     if out.retry:
         raise kopf.TemporaryError("model could not be resolved yet; retrying", delay=30)
@@ -121,6 +131,7 @@ def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
 
 def validate(spec: kopf.Spec, warnings: list[str], **_: Any) -> None:
     verdict = review(dict(spec), SETTINGS.default_vllm_version)
+    telemetry.ADMISSION.labels("allowed" if verdict.allowed else "rejected").inc()
     warnings.extend(verdict.warnings)
     if not verdict.allowed:
         raise kopf.AdmissionError(verdict.message, code=422)

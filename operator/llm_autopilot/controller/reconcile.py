@@ -18,6 +18,7 @@ from llm_autopilot.api import convert
 from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, find_gpu, gpu_from_labels
+from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.kube import Kube
 from llm_autopilot.controller.metrics import MetricsUnavailable, PrometheusSettings, PrometheusSignals
 from llm_autopilot.controller.settings import OperatorSettings
@@ -126,7 +127,10 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Kube, settings: Opera
 
 
 def plan_with(ctx: Context, overrides: Overrides) -> PoolChoice:
-    return choose_pool(ctx.pools, lambda pool: ctx.request_for(pool, overrides))
+    with telemetry.PLAN_SECONDS.time():
+        choice = choose_pool(ctx.pools, lambda pool: ctx.request_for(pool, overrides))
+    telemetry.PLANS.labels("feasible" if isinstance(choice.result, Plan) else "infeasible").inc()
+    return choice
 
 
 @dataclass(frozen=True)
@@ -289,6 +293,7 @@ class Reconciler:
                                            threshold=policy.kv_saturation_threshold,
                                            window=policy.kv_saturation_window_seconds)
             except MetricsUnavailable as exc:
+                telemetry.PROMETHEUS_ERRORS.inc()
                 self.condition(METRICS_AVAILABLE, False, "PrometheusUnreachable",
                                f"{exc}; remediation holds still until metrics return")
                 return None, None, False
@@ -368,6 +373,7 @@ class Reconciler:
         message = f"{signal.summary}; no safer configuration fits" + (f" (tried: {'; '.join(tried)})" if tried else "")
         self.condition(DEGRADED, True, "RemediationExhausted", message)
         self.event("Warning", "RemediationExhausted", message)
+        telemetry.REMEDIATION_STEPS.labels(signal.signal.value, "exhausted").inc()
         return r
 
     def _take(self, new: Rendered, candidate: Candidate, signal: Classification) -> Rendered:
@@ -380,6 +386,7 @@ class Reconciler:
         self._history(signal.signal.value, candidate.action, message, signal.evidence)
         self.apply(new)
         self.condition(DEGRADED, False, "Remediated", f"rung {rem['rung']}: {message}")
+        telemetry.REMEDIATION_STEPS.labels(signal.signal.value, "step").inc()
         self.event("Warning", "Remediated", f"rung {rem['rung']}: {message}")
         return new
 
@@ -399,6 +406,7 @@ class Reconciler:
         self.apply(new)
         self.condition(DEGRADED, False, "Relaxed" if applied else "AsPlanned", message)
         self.event("Normal", "Relaxed", message)
+        telemetry.REMEDIATION_STEPS.labels("Calm", "relax").inc()
         return new
 
 

@@ -46,6 +46,9 @@ class OperatorSettings:
     webhook_cafile: str | None = None
     #: Kopf creates/patches the ValidatingWebhookConfiguration (local clusters); false when the chart ships it
     webhook_managed: bool = True
+    #: the operator's own /metrics (None: not served); the chart sets 9090 on 0.0.0.0
+    metrics_port: int | None = None
+    metrics_addr: str = "127.0.0.1"
     #: Hub look-ups for models outside the catalog
     hub_timeout_seconds: float = 10.0
     extra: dict[str, str] = field(default_factory=dict)
@@ -72,5 +75,7 @@ class OperatorSettings:
             webhook_keyfile=e.get("LLM_AUTOPILOT_WEBHOOK_KEY_FILE") or None,
             webhook_cafile=e.get("LLM_AUTOPILOT_WEBHOOK_CA_FILE") or None,
             webhook_managed=e.get("LLM_AUTOPILOT_WEBHOOK_MANAGED", "true").lower() not in ("0", "false", "no", "off"),
+            metrics_port=int(e["LLM_AUTOPILOT_METRICS_PORT"]) if e.get("LLM_AUTOPILOT_METRICS_PORT") else None,
+            metrics_addr=e.get("LLM_AUTOPILOT_METRICS_ADDR", defaults.metrics_addr),
             hub_timeout_seconds=float(e.get("LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS", defaults.hub_timeout_seconds)),
         )

@@ -1,0 +1,19 @@
+"""The operator's own metrics on /metrics (prometheus_client), for the chart's ServiceMonitor and alerts."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram, start_http_server
+
+RECONCILES = Counter("llm_autopilot_reconciles_total", "Reconciles of LLMDeployments by result.", ["result"])
+PLANS = Counter("llm_autopilot_plans_total", "Plans by outcome (feasible, infeasible, error).", ["outcome"])
+REMEDIATION_STEPS = Counter("llm_autopilot_remediation_steps_total",
+                            "Remediation steps by signal and kind (step, relax, exhausted).", ["signal", "kind"])
+ADMISSION = Counter("llm_autopilot_admission_reviews_total", "Admission reviews by verdict.", ["verdict"])
+PROMETHEUS_ERRORS = Counter("llm_autopilot_prometheus_query_errors_total", "Failed Prometheus queries.")
+WRITES = Counter("llm_autopilot_kubernetes_writes_total", "Objects written (server-side apply, status patches).")
+PLAN_SECONDS = Histogram("llm_autopilot_plan_duration_seconds", "Time to plan one LLMDeployment.",
+                         buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+
+
+def serve(port: int, addr: str) -> None:
+    start_http_server(port, addr=addr)
