@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 CRD := crds/llm-autopilot.io_llmdeployments.yaml
+CHART_CRD := charts/llm-autopilot/crds/llm-autopilot.io_llmdeployments.yaml
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
@@ -25,6 +26,9 @@ plan: install ## Main job: plan Llama-3.1-70B on H100 and print the breakdown an
 dev: install ## Main job: local cluster + CRD + operator + webhook, reconciling examples/qwen3-8b-l4.yaml
 	$(PYTHON) hack/dev.py
 
+demo: install ## On the local cluster: inject an OOM and watch the operator roll to a safer rung and explain why
+	cd hack && $(PYTHON) demo.py
+
 down: ## Stop the operator and the local cluster
 	$(PYTHON) hack/dev.py down
 
@@ -41,15 +45,25 @@ lint: install ## ruff + mypy (strict)
 	$(BIN)/ruff check operator tests hack
 	$(BIN)/mypy
 
-crds: install ## Regenerate the CRD from the pydantic models
+crds: install ## Regenerate the CRD (and the chart's copy) from the pydantic models
 	$(BIN)/python -m llm_autopilot.api.crd > $(CRD)
+	cp $(CRD) $(CHART_CRD)
 
-verify: install ## Fail when generated files (the CRD) differ from what the models generate
-	@$(BIN)/python -m llm_autopilot.api.crd | diff -u $(CRD) - || \
-		(echo "$(CRD) is stale: run 'make crds' and commit it" >&2; exit 1)
+verify: install ## Fail when generated files (the CRD, the chart's copy) differ from what the models generate
+	@for f in $(CRD) $(CHART_CRD); do \
+		$(BIN)/python -m llm_autopilot.api.crd | diff -u $$f - >/dev/null || \
+			{ echo "$$f is stale: run 'make crds' and commit it" >&2; exit 1; }; \
+	done; echo "generated files are up to date"
 
-bench: install ## Planner latency for every catalog model on every catalog GPU
+bench: install ## Planner latency (every catalog model x GPU) and remediation reaction time (local cluster)
 	$(BIN)/python -m tests.bench.bench_planner
+	$(BIN)/python -m tests.bench.bench_reaction
+
+bench-planner: install ## Planner latency only (no cluster)
+	$(BIN)/python -m tests.bench.bench_planner
+
+bench-reaction: install ## Reaction time from a Prometheus signal to the patched Deployment (local cluster)
+	$(BIN)/python -m tests.bench.bench_reaction
 
 golden: install ## Print how close the memory model comes to every golden vLLM log
 	$(BIN)/python -m tests.bench.golden_report
@@ -57,4 +71,4 @@ golden: install ## Print how close the memory model comes to every golden vLLM l
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install plan dev down cluster test test-unit lint crds verify bench golden clean
+.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction golden clean

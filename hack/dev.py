@@ -71,7 +71,7 @@ def up() -> int:
     else:
         say(f"starting the operator with its admission webhook (log: {log})")
         op_env = {**env, "LLM_AUTOPILOT_WEBHOOK": "true", "LLM_AUTOPILOT_WEBHOOK_PORT": "26495",
-                  "LLM_AUTOPILOT_WEBHOOK_CERT_DIR": str(state / "webhook"), "LLM_AUTOPILOT_RESYNC_SECONDS": "30"}
+                  "LLM_AUTOPILOT_WEBHOOK_CERT_DIR": str(state / "webhook"), "LLM_AUTOPILOT_RESYNC_SECONDS": "10"}
         log.parent.mkdir(parents=True, exist_ok=True)
         process = subprocess.Popen([str(OPERATOR), "operator"], env=op_env, stdout=log.open("ab"),
                                    stderr=subprocess.STDOUT, start_new_session=True)

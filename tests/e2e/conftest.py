@@ -134,3 +134,8 @@ def namespace(kubectl: Kubectl) -> Iterator[str]:
     kubectl("create", "namespace", name)
     yield name
     kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+# The metrics fixtures (Prometheus, the vLLM simulator) for every end-to-end module; imported last because
+# tests/e2e/metrics.py itself imports from this module.
+from tests.e2e.metrics import prometheus_url, vllm_sim  # noqa: E402, F401

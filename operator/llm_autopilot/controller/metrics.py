@@ -22,10 +22,16 @@ class PrometheusSettings:
     verify_tls: bool | str = True
 
 
-def _usage(selector: str, window: int) -> str:
-    # vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc; read both so old and new versions work
-    return (f"max(min_over_time(vllm:kv_cache_usage_perc{{{selector}}}[{window}s])"
-            f" or min_over_time(vllm:gpu_cache_usage_perc{{{selector}}}[{window}s]))")
+#: vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc in 0.9.2 (both until 0.11): read either
+USAGE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+
+def sustained_usage_query(metric: str, selector: str, window: int, threshold: float) -> str:
+    """Pods whose usage stayed at or above the threshold for the whole window: the minimum over the window
+    and the value at its start (so a series younger than the window does not count)."""
+    series = f"{metric}{{{selector}}}"
+    return (f"max((min_over_time({series}[{window}s]) >= {threshold}) "
+            f"and on(namespace, pod) ({series} offset {window}s >= {threshold}))")
 
 
 class PrometheusSignals:
@@ -43,12 +49,25 @@ class PrometheusSignals:
             return None
         return max(float(r["value"][1]) for r in result)
 
-    def kv_saturation(self, namespace: str, name: str, *, threshold: float, window: int) -> Classification | None:
-        """Saturated: usage at or above the threshold for the whole window, with preemptions or a growing queue."""
-        selector = f'namespace="{namespace}",pod=~"{name}-[a-z0-9]+-[a-z0-9]+"'
-        usage_query = _usage(selector, window)
-        usage = self._scalar(usage_query)
-        if usage is None or usage < threshold:
+    def kv_saturation(self, namespace: str, name: str, *, threshold: float, window: int,
+                      pods: list[str] | None = None) -> Classification | None:
+        """Saturated: usage at or above the threshold for the whole window, with preemptions or a growing queue.
+
+        ``pods`` narrows the query to the pods that run the current plan (an older plan's pods say nothing
+        about the settings in force); by default every pod of the deployment counts.
+        """
+        if pods is not None and not pods:
+            return None
+        # pod names are DNS labels ([a-z0-9-]), safe inside a PromQL regex without escaping
+        pod_match = "|".join(pods) if pods else f"{name}-[a-z0-9]+-[a-z0-9]+"
+        selector = f'namespace="{namespace}",pod=~"{pod_match}"'
+        usage = None
+        for metric in USAGE_METRICS:
+            usage_query = sustained_usage_query(metric, selector, window, threshold)
+            usage = self._scalar(usage_query)
+            if usage is not None:
+                break
+        if usage is None:
             return None
         preemption_query = f"max(increase(vllm:num_preemptions_total{{{selector}}}[{window}s]))"
         waiting_query = f"max(deriv(vllm:num_requests_waiting{{{selector}}}[{window}s]))"

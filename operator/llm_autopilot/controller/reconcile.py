@@ -281,6 +281,8 @@ class Reconciler:
         """(classification, evidence key, metrics usable)."""
         plan_hash = r.objects[0]["spec"]["template"]["metadata"]["annotations"][PLAN_HASH]
         pods = self.kube.pods(self.owner.namespace, f"app.kubernetes.io/instance={self.owner.name}")
+        current_pods = [p["metadata"]["name"] for p in pods
+                        if (p["metadata"].get("annotations") or {}).get(PLAN_HASH) == plan_hash]
         crash: Evidence | None = latest_crash(pods, container=CONTAINER, plan_hash=plan_hash,
                                               plan_hash_annotation=PLAN_HASH)
         if self.settings.prometheus_url:
@@ -291,15 +293,18 @@ class Reconciler:
                 policy = ctx.spec.remediation
                 kv = signals.kv_saturation(self.owner.namespace, self.owner.name,
                                            threshold=policy.kv_saturation_threshold,
-                                           window=policy.kv_saturation_window_seconds)
+                                           window=policy.kv_saturation_window_seconds, pods=current_pods)
             except MetricsUnavailable as exc:
                 telemetry.PROMETHEUS_ERRORS.inc()
                 self.condition(METRICS_AVAILABLE, False, "PrometheusUnreachable",
                                f"{exc}; remediation holds still until metrics return")
                 return None, None, False
             self.condition(METRICS_AVAILABLE, True, "Queried", f"Prometheus at {self.settings.prometheus_url}")
+            window = policy.kv_saturation_window_seconds
+            last_step = _seconds(self.remediation.get("lastStepTime"))
+            if last_step is not None and (_seconds(self.stamp) or 0) - last_step < window:
+                kv = None  # the window must lie wholly after the last step: judge the new settings, not the old
             if kv is not None and (crash is None or crash.key == self.remediation.get("lastEvidence")):
-                window = policy.kv_saturation_window_seconds
                 bucket = int((_seconds(self.stamp) or 0) // window)
                 return kv, f"kv-saturation/{content_hash(r.status.args)}/{bucket}", True
         if crash is not None and crash.key != self.remediation.get("lastEvidence"):

@@ -1,0 +1,129 @@
+"""Remediation driven by a real Prometheus scraping simulated vLLM metrics (and kube-state-metrics)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import yaml
+from hack.vllm_sim import VllmSimulator
+
+from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, Operator, wait_for
+from tests.e2e.metrics import prometheus_stopped
+from tests.e2e.test_operator import args_of, running_pods, wait_condition
+from tests.e2e.test_remediation import crash, remediation
+
+pytestmark = pytest.mark.e2e
+WINDOW = 30  # kvSaturationWindowSeconds (the API's minimum)
+STABLE = 60  # stableWindowSeconds (the API's minimum)
+
+
+def deploy(kubectl: Kubectl, ns: str) -> str:
+    obj = {"apiVersion": "llm-autopilot.io/v1alpha1", "kind": "LLMDeployment", "metadata": {"name": "chat"},
+           "spec": {"model": {"name": "Qwen/Qwen3-8B"},
+                    "gpu": {"product": "nvidia-l4", "maxGPUs": 1,
+                            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}]},
+                    "serving": {"maxModelLen": 16384, "allowedKVCacheDtypes": ["auto", "fp8"]},
+                    "remediation": {"cooldownSeconds": 0, "kvSaturationWindowSeconds": WINDOW,
+                                    "kvSaturationThreshold": 0.9, "stableWindowSeconds": STABLE}}}
+    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(obj))
+    wait_condition(kubectl, ns, "chat", "Ready", "True", timeout=90)
+    assert "--kv-cache-dtype" not in args_of(kubectl.json("deployment", "chat", "-n", ns))  # auto KV fits
+    return str(running_pods(kubectl, ns, "chat")[0]["metadata"]["name"])
+
+
+@contextmanager
+def load(sim: VllmSimulator, ns: str, kubectl: Kubectl, *, usage: float, preempting: bool) -> Iterator[None]:
+    """Keep every Running pod of `chat` reporting this KV usage (and a growing preemption counter)."""
+    stop = threading.Event()
+
+    def feed() -> None:
+        while not stop.is_set():
+            running = {p["metadata"]["name"] for p in running_pods(kubectl, ns, "chat")}
+            for known in sim.pods():  # pods that are gone stop being scraped, as with a real ServiceMonitor
+                if known.namespace == ns and known.pod not in running:
+                    sim.delete_pod(ns, known.pod)
+            for name in running:
+                current = sim.get_pod(ns, name)
+                preemptions = (current.num_preemptions_total if current else 0) + (3 if preempting else 0)
+                sim.set_pod(ns, name, model_name="Qwen/Qwen3-8B", vllm_version="0.33.0", kv_cache_usage_perc=usage,
+                            num_requests_running=24, num_requests_waiting=8 if preempting else 0,
+                            num_preemptions_total=preemptions)
+            stop.wait(1)
+
+    thread = threading.Thread(target=feed, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def kv_dtype(kubectl: Kubectl, ns: str) -> str:
+    args = args_of(kubectl.json("deployment", "chat", "-n", ns))
+    return args[args.index("--kv-cache-dtype") + 1] if "--kv-cache-dtype" in args else "auto"
+
+
+def steps(kubectl: Kubectl, ns: str) -> list[dict[str, Any]]:
+    return list(remediation(kubectl, ns, "chat").get("history") or [])
+
+
+def test_kv_saturation_moves_to_fp8_then_relaxes_after_calm(kubectl: Kubectl, operator: Operator,
+                                                            vllm_sim: VllmSimulator, namespace: str) -> None:
+    deploy(kubectl, namespace)
+    with load(vllm_sim, namespace, kubectl, usage=0.97, preempting=True):
+        wait_for("fp8 KV cache", lambda: kv_dtype(kubectl, namespace) == "fp8", WINDOW + 40)
+    history = wait_for("the step in the status", lambda: steps(kubectl, namespace), 10)
+    assert history[-1]["signal"] == "KVSaturation" and "fp8" in history[-1]["action"]
+    evidence = history[-1]["evidence"]
+    assert "kv_cache_usage_perc" in evidence["query"] and float(evidence["value"]) >= 0.9
+    assert evidence["source"] == "prometheus"
+    with load(vllm_sim, namespace, kubectl, usage=0.3, preempting=False):
+        try:
+            wait_for("relaxed back to auto KV", lambda: kv_dtype(kubectl, namespace) == "auto", STABLE + 40)
+        except AssertionError as exc:
+            status = kubectl.json("llmd", "chat", "-n", namespace)["status"]
+            raise AssertionError(f"{exc}; remediation: {status.get('remediation')}; "
+                                 f"conditions: {status.get('conditions')}") from exc
+    rem = wait_for("rung 0", lambda: (r := remediation(kubectl, namespace, "chat")).get("rung") == 0 and r, 10)
+    assert rem["history"][-1]["signal"] == "Calm"
+
+
+def test_alternating_signals_make_a_bounded_number_of_changes(kubectl: Kubectl, operator: Operator,
+                                                              vllm_sim: VllmSimulator, namespace: str) -> None:
+    deploy(kubectl, namespace)
+    with load(vllm_sim, namespace, kubectl, usage=0.97, preempting=True):
+        wait_for("the first step", lambda: kv_dtype(kubectl, namespace) == "fp8", WINDOW + 40)
+    with load(vllm_sim, namespace, kubectl, usage=0.3, preempting=False):
+        wait_for("the relax", lambda: kv_dtype(kubectl, namespace) == "auto", STABLE + 40)
+    with load(vllm_sim, namespace, kubectl, usage=0.97, preempting=True):  # back soon after relaxing
+        wait_for("the second step", lambda: kv_dtype(kubectl, namespace) == "fp8", WINDOW + 40)
+    rem = wait_for("the backoff", lambda: (r := remediation(kubectl, namespace, "chat")).get("relaxBackoff") == 2
+                   and r, 15)
+    assert rem["rung"] == 1
+    with load(vllm_sim, namespace, kubectl, usage=0.3, preempting=False):
+        time.sleep(STABLE + 10)  # one stable window is no longer enough: the next relax waits twice as long
+        assert kv_dtype(kubectl, namespace) == "fp8"
+    assert len(steps(kubectl, namespace)) == 3  # step, relax, step: no flapping
+
+
+def test_prometheus_down_holds_still_and_says_why(kubectl: Kubectl, operator: Operator, prometheus_url: str,
+                                                 namespace: str) -> None:
+    deploy(kubectl, namespace)
+    before = kubectl.json("deployment", "chat", "-n", namespace)["metadata"]["generation"]
+    with prometheus_stopped(kubectl.env):
+        llmd = wait_condition(kubectl, namespace, "chat", "MetricsAvailable", "False", timeout=30)
+        cond = next(c for c in llmd["status"]["conditions"] if c["type"] == "MetricsAvailable")
+        assert cond["reason"] == "PrometheusUnreachable" and "holds still" in cond["message"]
+        crash(kubectl, namespace, "chat", "OOMKilled", 137)  # evidence arrives while metrics are down
+        time.sleep(3 * RESYNC_SECONDS)
+        assert kubectl.json("deployment", "chat", "-n", namespace)["metadata"]["generation"] == before
+        assert remediation(kubectl, namespace, "chat").get("rung", 0) == 0
+    wait_condition(kubectl, namespace, "chat", "MetricsAvailable", "True", timeout=30)
+    wait_for("the held-back step once metrics return", lambda: remediation(kubectl, namespace, "chat").get("rung") == 1,
+             30)
