@@ -23,9 +23,7 @@ Progress lines go to stderr; stdout carries only the answer.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import fcntl
 import json
 import os
 import re
@@ -34,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +87,19 @@ CRD_SOURCES: dict[str, CRDSource] = {
 }
 
 
+# Shared with the control-plane builder: cache layout, Go environment, the one-build-at-a-time lock and the
+# progress-printing runner.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cluster import (  # noqa: E402
+    ClusterError,
+    build_lock,
+    cache_root,
+    fmt_duration,
+    go_env,
+    run_with_progress,
+)
+
+
 class HelmToolError(RuntimeError):
     """A failure worth a one-line message rather than a traceback."""
 
@@ -98,43 +109,8 @@ def log(message: str) -> None:
     print(f"[helm {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def fmt_duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    return f"{minutes}m{secs:02d}s" if minutes else f"{seconds:.1f}s"
-
-
-def cache_root() -> Path:
-    env = os.environ.get("LLM_AUTOPILOT_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "llm-autopilot"
-
-
 def helm_path() -> Path:
     return cache_root() / "bin" / f"helm-{HELM_VERSION}" / "helm"
-
-
-def go_env(mod_mode: bool) -> dict[str, str]:
-    env = dict(os.environ)
-    env["GOTOOLCHAIN"] = "local"  # never download another Go toolchain
-    env["CGO_ENABLED"] = "0"
-    env["GOFLAGS"] = "-mod=mod -buildvcs=false" if mod_mode else "-buildvcs=false"
-    return env
-
-
-@contextlib.contextmanager
-def build_lock() -> Iterator[None]:
-    """The same lock as hack/cluster.py: one Go build at a time on small machines."""
-    lock_path = cache_root() / "bin" / ".build.lock"
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for another build to finish (lock {lock_path})")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def check_wrapper_pin() -> None:
@@ -151,28 +127,6 @@ def ldflags() -> str:
         flags += [f"-X helm.sh/helm/v{major}/{pkg}.k8sVersionMajor=1",
                   f"-X helm.sh/helm/v{major}/{pkg}.k8sVersionMinor={HELM_K8S_MINOR}"]
     return " ".join(flags)
-
-
-def run_with_progress(cmd: Sequence[str], *, cwd: Path, env: dict[str, str], log_path: Path, label: str,
-                      every: float = 30.0) -> None:
-    start = time.monotonic()
-    with log_path.open("w") as out:
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-        try:
-            while True:
-                try:
-                    rc = proc.wait(timeout=every)
-                    break
-                except subprocess.TimeoutExpired:
-                    log(f"{label}: still building ({fmt_duration(time.monotonic() - start)})")
-        except BaseException:
-            proc.terminate()
-            proc.wait()
-            raise
-    if rc != 0:
-        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-30:])
-        raise HelmToolError(f"{label}: build failed (exit {rc}); log {log_path}:\n{tail}")
 
 
 def build() -> Path:
@@ -282,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(directory)
         elif args.command == "pin":
             pin()
-    except HelmToolError as exc:
+    except (HelmToolError, ClusterError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except subprocess.CalledProcessError as exc:

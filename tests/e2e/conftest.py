@@ -8,7 +8,6 @@ its own namespace.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hack.dev import cluster_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = [sys.executable, str(ROOT / "hack" / "cluster.py")]
@@ -29,12 +29,7 @@ RESYNC_SECONDS = 3
 
 def _cluster_env() -> dict[str, str]:
     subprocess.run([*CLUSTER, "up"], check=True, stdout=sys.stderr)
-    exports = subprocess.run([*CLUSTER, "env"], check=True, capture_output=True, text=True).stdout
-    env = dict(os.environ)
-    for line in exports.splitlines():
-        key, _, value = line.removeprefix("export ").partition("=")
-        env[key] = value.replace("$PATH", env.get("PATH", ""))
-    return env
+    return cluster_env()
 
 
 @dataclass
