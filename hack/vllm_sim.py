@@ -20,15 +20,25 @@ of simulated vLLM pods: one process, one port, one path per pod::
      "num_preemptions_total": 7,                  # counter: a decrease is a 400
      "num_gpu_blocks": 2048, "block_size": 16, "cache_dtype": "auto",
      "gpu_memory_utilization": 0.92, "enable_prefix_caching": true,
-     "engine": 0, "show_hidden_metrics": false}
+     "engine": 0, "show_hidden_metrics": false,
+     "labels": {"llmdeployment": "qwen"}}         # extra file_sd target labels
 
 Scrape discovery: with a targets directory (``--targets-dir``), the server
 keeps ``<dir>/vllm-sim-<port>.json`` (Prometheus file_sd) listing one target
 per pod, labelled ``namespace``/``pod`` (as a ServiceMonitor's usual
-relabelling would) with ``__metrics_path__=/metrics/<ns>/<pod>``. The file is
-replaced atomically (temporary file + rename) on every change and removed on
+relabelling would) with ``__metrics_path__=/metrics/<ns>/<pod>``, plus the
+pod's optional ``labels`` (e.g. ``llmdeployment``, the target label the
+chart's PodMonitor copies from ``app.kubernetes.io/instance``; ``container``;
+``job``, which overrides the scrape job's name). The file is replaced
+atomically (temporary file + rename) on every change and removed on
 ``stop()``. hack/cluster.py's Prometheus reads ``<state>/prometheus/
 vllm-targets/*.json`` every 5 s and scrapes every 2 s.
+
+Other scrape targets (e.g. the operator's own /metrics, for the chart's
+alerts on ``up`` and ``llm_autopilot_*``): :func:`add_scrape_target` writes a
+one-target file_sd file into hack/cluster.py's ``<state>/prometheus/
+extra-targets`` (``cluster.py env`` exports LLM_AUTOPILOT_EXTRA_TARGETS_DIR),
+:func:`remove_scrape_target` deletes it.
 
 Metric names, types and labels follow vLLM's V1 Prometheus logger
 (``vllm/v1/metrics/loggers.py``, read in the unpacked releases 0.10.2 ...
@@ -142,6 +152,9 @@ _CACHE_DEFAULTS: dict[str, str] = {
 }
 
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")  # DNS-1123 names (namespace, pod)
+_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")  # Prometheus label names
+#: target labels the simulator sets itself
+_OWN_LABELS = frozenset({"namespace", "pod", "__metrics_path__"})
 _VERSION_RE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
@@ -193,6 +206,8 @@ class PodMetrics:
     engine: int = 0
     show_hidden_metrics: bool = False
     created: float = dataclasses.field(default_factory=time.time)
+    #: extra file_sd target labels (e.g. ``llmdeployment``), not part of the exposition
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -239,6 +254,20 @@ def _validate(values: Mapping[str, Any]) -> dict[str, Any]:
         parse_version(clean["vllm_version"])
     if "model_name" in clean and not clean["model_name"]:
         raise SimulatorError("model_name must not be empty")
+    return clean
+
+
+def _validate_labels(labels: Any) -> dict[str, str]:
+    """Extra target labels: a JSON object of Prometheus label names to strings."""
+    if not isinstance(labels, Mapping):
+        raise SimulatorError(f"labels: expected an object, got {labels!r}")
+    clean: dict[str, str] = {}
+    for key, value in labels.items():
+        if not isinstance(key, str) or not _LABEL_RE.match(key) or key.startswith("__") or key in _OWN_LABELS:
+            raise SimulatorError(f"labels: bad or reserved label name {key!r}")
+        if not isinstance(value, str):
+            raise SimulatorError(f"labels: value of {key!r} must be a string, got {value!r}")
+        clean[key] = value
     return clean
 
 
@@ -405,11 +434,19 @@ class VllmSimulator:
         return f"/metrics/{namespace}/{pod}"
 
     # -- pods --------------------------------------------------------------
-    def set_pod(self, namespace: str, pod: str, **values: Any) -> PodMetrics:
-        """Create or update a pod (same rules as ``PUT /pods/<ns>/<pod>``); raises SimulatorError."""
+    def set_pod(
+        self, namespace: str, pod: str, labels: Mapping[str, str] | None = None, **values: Any
+    ) -> PodMetrics:
+        """Create or update a pod (same rules as ``PUT /pods/<ns>/<pod>``); raises SimulatorError.
+
+        ``labels``: extra file_sd target labels of the pod (e.g. ``{"llmdeployment": "qwen"}``, as the
+        chart's PodMonitor relabelling gives); None keeps the current ones (none for a new pod).
+        """
         _check_name("namespace", namespace)
         _check_name("pod", pod)
         clean = _validate(values)
+        if labels is not None:
+            clean["labels"] = _validate_labels(labels)
         with self._lock:
             current = self._pods.get((namespace, pod))
             if current is None:
@@ -426,6 +463,8 @@ class VllmSimulator:
                 )
             updated = dataclasses.replace(current, **clean)
             self._pods[(namespace, pod)] = updated
+            if updated.labels != current.labels:
+                self._write_targets()
             return dataclasses.replace(updated)
 
     def delete_pod(self, namespace: str, pod: str) -> bool:
@@ -462,9 +501,14 @@ class VllmSimulator:
             return [
                 {
                     "targets": [address],
-                    "labels": {"namespace": ns, "pod": pod, "__metrics_path__": self.metrics_path(ns, pod)},
+                    "labels": {
+                        **p.labels,
+                        "namespace": ns,
+                        "pod": pod,
+                        "__metrics_path__": self.metrics_path(ns, pod),
+                    },
                 }
-                for ns, pod in sorted(self._pods)
+                for (ns, pod), p in sorted(self._pods.items())
             ]
 
     def _write_targets(self) -> None:
@@ -472,18 +516,65 @@ class VllmSimulator:
         if path is None:
             return
         with self._lock:
-            data = json.dumps(self.targets(), indent=2) + "\n"
-            # the temporary name does not match Prometheus' `*.json` glob
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w") as out:
-                    out.write(data)
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, path)
-            except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(tmp)
-                raise
+            _write_file_sd(path, self.targets())
+
+
+def _write_file_sd(path: Path, groups: list[dict[str, Any]]) -> None:
+    """Replace a file_sd file atomically (a reader sees the old or the new list, never half of one)."""
+    data = json.dumps(groups, indent=2) + "\n"
+    # the temporary name does not match Prometheus' `*.json` glob
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def add_scrape_target(
+    targets_dir: str | os.PathLike[str],
+    name: str,
+    address: str,
+    labels: Mapping[str, str] | None = None,
+    metrics_path: str = "/metrics",
+) -> Path:
+    """Write ``<targets_dir>/<name>.json``: one file_sd target ``address`` (``host:port``) with ``labels``.
+
+    For hack/cluster.py's ``extra`` scrape job (``<state>/prometheus/extra-targets``): ``labels`` may set
+    ``job`` (target-group labels win over the job name) and ``namespace``, e.g. to mimic the chart's
+    ServiceMonitor: ``add_scrape_target(dir, "operator", "127.0.0.1:8080", {"job": "llm-autopilot",
+    "namespace": "llm-autopilot-system"})``. Writing the same name again replaces the target (e.g. with a
+    closed port, to make it ``up == 0``). Prometheus picks the file up within its 5 s refresh.
+    """
+    _check_name("target", name)
+    directory = Path(targets_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    group_labels = dict(labels or {})
+    for key, value in group_labels.items():
+        if not _LABEL_RE.match(key) or not isinstance(value, str):
+            raise SimulatorError(f"bad target label {key}={value!r}")
+    if metrics_path != "/metrics":
+        group_labels["__metrics_path__"] = metrics_path
+    path = directory / f"{name}.json"
+    _write_file_sd(path, [{"targets": [address], "labels": group_labels}])
+    return path
+
+
+def remove_scrape_target(targets_dir: str | os.PathLike[str], name: str) -> bool:
+    """Delete ``<targets_dir>/<name>.json``; True if it existed.
+
+    Prometheus drops the target at its next file_sd refresh (5 s). Wait for that (``/api/v1/targets``)
+    before a ``POST /-/reload``: Prometheus 2.42 restarts file_sd on reload and then keeps the targets of a
+    file deleted just before, scraping them (``up == 0``) until the next change in that directory.
+    """
+    path = Path(targets_dir) / f"{name}.json"
+    existed = path.exists()
+    path.unlink(missing_ok=True)
+    return existed
 
 
 def _handler_for(sim: VllmSimulator) -> type[BaseHTTPRequestHandler]:

@@ -353,6 +353,8 @@ class Reconciler:
             if rem.get("lastEvidence") != key:
                 rem["lastEvidence"] = key
                 self.event("Warning", reason, prefix + signal.summary)
+                if verdict is Verdict.EXHAUSTED:
+                    telemetry.REMEDIATION_STEPS.labels(signal.signal.value, "exhausted").inc()
         return r
 
     def _history(self, signal: str, action: str, message: str, evidence: dict[str, str]) -> None:

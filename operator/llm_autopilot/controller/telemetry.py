@@ -17,3 +17,22 @@ PLAN_SECONDS = Histogram("llm_autopilot_plan_duration_seconds", "Time to plan on
 
 def serve(port: int, addr: str) -> None:
     start_http_server(port, addr=addr)
+
+
+def _initialise() -> None:
+    """Create every series at 0, so increase() and alerts see the first event (a series born at 1 has none)."""
+    from llm_autopilot.remediation.classify import Signal  # noqa: PLC0415 - keeps the module import light
+
+    for result in ("ok", "retry", "error"):
+        RECONCILES.labels(result)
+    for outcome in ("feasible", "infeasible"):
+        PLANS.labels(outcome)
+    for verdict in ("allowed", "rejected"):
+        ADMISSION.labels(verdict)
+    for signal in Signal:
+        for kind in ("step", "exhausted"):
+            REMEDIATION_STEPS.labels(signal.value, kind)
+    REMEDIATION_STEPS.labels("Calm", "relax")
+
+
+_initialise()
