@@ -58,7 +58,7 @@ def operator_running(pid_file: Path) -> bool:
 
 
 def up() -> int:
-    say("starting the local control plane (the first run builds it from source: ~20 min on 2 cores)")
+    say("starting the local control plane (the first run builds it from source: about 13 min on 2 cores)")
     subprocess.run([*CLUSTER, "up"], check=True, stdout=subprocess.DEVNULL)
     env = cluster_env()
     say("installing the LLMDeployment CRD")
