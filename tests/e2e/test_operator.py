@@ -237,3 +237,14 @@ def test_operator_metrics(kubectl: Kubectl, operator: Operator, namespace: str) 
     assert samples['llm_autopilot_plans_total{outcome="feasible"}'] >= 1
     assert samples['llm_autopilot_admission_reviews_total{verdict="rejected"}'] >= 1
     assert samples["llm_autopilot_plan_duration_seconds_count"] >= 1
+
+
+def test_kubectl_explain_documents_the_api(kubectl: Kubectl) -> None:
+    def explained() -> str | None:
+        result = kubectl("explain", "llmd.spec.gpu", check=False)
+        return result.stdout if result.returncode == 0 else None
+
+    text = wait_for("the schema in discovery", explained, 30)
+    assert "maxGPUs" in text and "Most GPUs one replica may use" in text
+    status = kubectl("explain", "llmd.status.plan.memory").stdout
+    assert "kvCacheGiB" in status and "Left for the KV cache" in status
