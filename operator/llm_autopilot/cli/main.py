@@ -293,7 +293,7 @@ def operator_command(namespaces: tuple[str, ...], standalone: bool, priority: in
     else:
         logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     if priority is None:  # equal priorities freeze every replica: give each its own
-        priority = int(hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6], 16) % 1000
+        priority = int(hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8], 16) % 1_000_000
     # a peering name makes peering mandatory in Kopf, so give it only when peering is wanted
     kopf.run(standalone=standalone, priority=priority, peering_name=None if standalone else peering_name,
              liveness_endpoint=liveness, clusterwide=not watched, namespaces=list(watched))
