@@ -26,7 +26,6 @@ from llm_autopilot.planner.plan import (
     PlanRequest,
     PlanResult,
     Reason,
-    Targets,
 )
 from llm_autopilot.planner.weights import total_parameters
 
@@ -377,12 +376,3 @@ def _suggestions(req: PlanRequest, minimum: int) -> list[str]:
     if 0 < best_len < minimum:
         suggestions.append(f"lower minMaxModelLen to {best_len} (the longest that fits on {t.max_gpus} x {gpu})")
     return suggestions
-
-
-def cheapest_gpu_count(req: PlanRequest) -> int | None:
-    """GPUs the plan needs (None when infeasible); for quick what-if questions."""
-    result = plan(req)
-    return result.config.num_gpus if isinstance(result, Plan) else None
-
-
-__all__ = ["Targets", "WeightOption", "cheapest_gpu_count", "plan", "weight_options"]
