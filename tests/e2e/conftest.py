@@ -8,6 +8,7 @@ its own namespace.
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -81,28 +82,30 @@ def kubectl() -> Kubectl:
 
 
 class Operator:
-    """`llm-autopilot operator` as a child process, restartable."""
+    """`llm-autopilot operator ARGS` as a child process (own log), restartable, stopped with SIGTERM or SIGKILL."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log = env, log
+    def __init__(self, env: dict[str, str], log: Path, args: list[str] | None = None) -> None:
+        self.env, self.log, self.args = env, log, list(args or [])
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
-        out = self.log.open("ab")
-        self.process = subprocess.Popen([sys.executable, "-m", "llm_autopilot.cli.main", "operator", "--verbose"],
-                                        env=self.env, stdout=out, stderr=subprocess.STDOUT)
+    def start(self) -> Operator:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "llm_autopilot.cli.main", "operator", "--verbose", *self.args],
+                env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        return self
 
-    def stop(self) -> None:
+    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
         if self.process and self.process.poll() is None:
-            self.process.terminate()
+            self.process.send_signal(sig)
             try:
-                self.process.wait(15)
+                self.process.wait(20)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
 
     def output(self) -> str:
-        return self.log.read_text(errors="replace")
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 @pytest.fixture(scope="session")

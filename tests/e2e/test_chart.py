@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import ROOT, Kubectl, _free_port, wait_for
+from tests.e2e.conftest import ROOT, Kubectl, Operator, _free_port, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -145,33 +145,6 @@ def sa_kubeconfig(kubectl: Kubectl, namespace: str, sa: str, path: Path) -> Path
     path.write_text(json.dumps(config))
     path.chmod(0o600)
     return path
-
-
-class OperatorProcess:
-    """`llm-autopilot operator ARGS` as a child process (own log), stopped with SIGTERM or SIGKILL."""
-
-    def __init__(self, env: dict[str, str], log: Path, args: list[str]) -> None:
-        self.env, self.log, self.args = env, log, args
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> OperatorProcess:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "llm_autopilot.cli.main", "operator", "--verbose", *self.args],
-                env=self.env, stdout=out, stderr=subprocess.STDOUT)
-        return self
-
-    def stop(self, sig: signal.Signals = signal.SIGTERM) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
 def forbidden(log: str) -> list[str]:
@@ -389,7 +362,7 @@ def test_operator_with_the_charts_service_account(chart_cluster: Kubectl, helm: 
     env = operator_env(kubectl, kubeconfig, LLM_AUTOPILOT_WEBHOOK="true", LLM_AUTOPILOT_WEBHOOK_PORT=str(port),
                        LLM_AUTOPILOT_WEBHOOK_CERT_DIR=str(tmp_path / "certs"), LLM_AUTOPILOT_WEBHOOK_MANAGED="false")
     # the same flags as the chart's Deployment (peering on: the release has its KopfPeering)
-    op = OperatorProcess(env, tmp_path / "operator.log", ["--peering", f"--namespace={namespace}"]).start()
+    op = Operator(env, tmp_path / "operator.log", ["--peering", f"--namespace={namespace}"]).start()
     vwc_name = f"{release}-loopback"
     try:
         cert = tmp_path / "certs" / "webhook.crt"
@@ -435,7 +408,7 @@ def test_standalone_operator_with_the_charts_service_account(chart_cluster: Kube
     op = None
     try:
         kubeconfig = sa_kubeconfig(kubectl, namespace, f"{name}-llm-autopilot", tmp_path / "sa.kubeconfig")
-        op = OperatorProcess(operator_env(kubectl, kubeconfig), tmp_path / "operator.log",
+        op = Operator(operator_env(kubectl, kubeconfig), tmp_path / "operator.log",
                              ["--standalone", f"--namespace={namespace}"]).start()
         kubectl("apply", "-n", namespace, "-f", "-", input=example("qwen3-8b-l4.yaml"))
         try:
@@ -466,7 +439,7 @@ def _writes(log: str) -> list[str]:
     return [line for line in log.splitlines() if re.search(r'"(PATCH|POST|PUT|DELETE) /api', line)]
 
 
-def _handover(kubectl: Kubectl, namespace: str, active: OperatorProcess, standby: OperatorProcess, sig: signal.Signals,
+def _handover(kubectl: Kubectl, namespace: str, active: Operator, standby: Operator, sig: signal.Signals,
               new_name: str) -> float:
     start = time.monotonic()
     active.stop(sig)
@@ -482,9 +455,9 @@ def test_ha_peering_hands_over_without_duplicate_writes(chart_cluster: Kubectl, 
     kubeconfig = sa_kubeconfig(kubectl, namespace, f"{release}-llm-autopilot", tmp_path / "sa.kubeconfig")
     args = ["--peering", f"--namespace={namespace}"]
 
-    def replica(name: str, priority: int) -> OperatorProcess:
+    def replica(name: str, priority: int) -> Operator:
         env = operator_env(kubectl, kubeconfig, POD_ID=f"{name}-{uuid.uuid4().hex[:4]}")
-        return OperatorProcess(env, tmp_path / f"{name}.log", [*args, f"--priority={priority}"])
+        return Operator(env, tmp_path / f"{name}.log", [*args, f"--priority={priority}"])
 
     high, low = replica("high", 100), replica("low", 50)
     procs = [high, low]

@@ -29,7 +29,7 @@ from llm_autopilot.hub.client import ModelFetchError, load_local
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_model
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.memory import estimate
-from llm_autopilot.planner.plan import PlanRequest, Targets
+from llm_autopilot.planner.plan import Infeasible, PlanRequest, Targets
 from llm_autopilot.planner.search import plan as make_plan
 from llm_autopilot.planner.weights import total_parameters
 from llm_autopilot.render.vllm_args import ServeOptions
@@ -155,16 +155,15 @@ def plan(model: str | None, model_config: str | None, revision: str | None, gpu:
     request = PlanRequest(architecture, _load_gpu(gpu, gpu_memory_gib, compute_capability),
                           behaviour_of(VLLMVersion.parse(vllm_version)), targets)
     result = make_plan(request)
-    if not result.feasible:
-        assert not isinstance(result, type(None))
+    if isinstance(result, Infeasible):
         if output == "table":
-            click.echo(f"No plan: {result.message}", err=True)  # type: ignore[union-attr]
+            click.echo(f"No plan: {result.message}", err=True)
         else:
-            click.echo(dump({"feasible": False, "message": result.message,  # type: ignore[union-attr]
-                             "suggestions": list(result.suggestions)}, output))  # type: ignore[union-attr]
+            click.echo(dump({"feasible": False, "message": result.message,
+                             "suggestions": list(result.suggestions)}, output))
         sys.exit(1)
     options = ServeOptions(served_model_name=served_model_name or architecture.model_id, revision=revision)
-    click.echo(plan_table(result, options) if output == "table" else dump(plan_dict(result, options), output))  # type: ignore[arg-type]
+    click.echo(plan_table(result, options) if output == "table" else dump(plan_dict(result, options), output))
 
 
 @cli.command(name="estimate")

@@ -38,12 +38,12 @@ def _known_model(spec: LLMDeploymentSpec) -> ModelArchitecture | None:
     base = find_catalog_model(model_id) if spec.model.revision is None else None
     if override is None:
         return base
+    if base is not None:
+        return None  # an override on a catalog model: checked at reconcile time against the merged config
     try:
-        if base is None:
-            return parse_hf_config(override.as_hf_config(), model_id)
+        return parse_hf_config(override.as_hf_config(), model_id)
     except ModelConfigError:
         return None
-    return None  # an override on a catalog model: checked at reconcile time against the merged config
 
 
 def review(spec_body: dict[str, Any], default_vllm_version: str) -> Verdict:

@@ -12,7 +12,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from llm_autopilot.api import GROUP, PLURAL, VERSION
-from llm_autopilot.render.kubernetes import INPUT_HASH, MANAGER
+from llm_autopilot.render.kubernetes import INPUT_HASH, MANAGER, quantity_gib
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -29,17 +29,6 @@ class NodeGPUs:
     labels: dict[str, str]
     allocatable_gpus: int
     allocatable_memory_gib: float = 0.0
-
-
-def parse_quantity_gib(text: str) -> float:
-    units = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-    for suffix, factor in units.items():
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * factor / 2**30
-    try:
-        return float(text) / 2**30
-    except ValueError:
-        return 0.0
 
 
 class Kube:
@@ -71,7 +60,7 @@ class Kube:
             except ValueError:
                 gpus = 0
             labels = node.metadata.labels if node.metadata else None
-            memory = parse_quantity_gib(str(allocatable.get("memory", "0")))
+            memory = quantity_gib(str(allocatable.get("memory", "0")))
             result.append(NodeGPUs(dict(labels or {}), gpus, memory))
         return result
 

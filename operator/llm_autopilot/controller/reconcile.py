@@ -252,11 +252,14 @@ class Reconciler:
             return self.fail("Infeasible", message)
         rendered = render(ctx, choice, overrides, self.owner, self.settings)
         self.apply(rendered)
-        rendered = self.remediate(ctx, rendered, overrides)
-        self.report_plan(rendered, ctx)
+        deployment = self.kube.get("apps/v1", "Deployment", self.owner.name, self.owner.namespace)
+        remediated = self.remediate(ctx, rendered, overrides, deployment)
+        if remediated is not rendered:  # a step or a relax rewrote the Deployment
+            deployment = self.kube.get("apps/v1", "Deployment", self.owner.name, self.owner.namespace)
+        self.report_plan(remediated, ctx, deployment)
         return self.finish()
 
-    def report_plan(self, r: Rendered, ctx: Context) -> None:
+    def report_plan(self, r: Rendered, ctx: Context, deployment: dict[str, Any] | None) -> None:
         plan_dict = r.status.model_dump(by_alias=True, exclude_none=True)
         if _changed(self.status, "plan", plan_dict):
             self.out.status["plan"] = plan_dict
@@ -265,7 +268,6 @@ class Reconciler:
         memory = r.status.memory
         self.condition(PLANNED, True, "Planned", f"{r.plan.summary}: {memory.kv_cache_gib} GiB KV cache per GPU, "
                                                  f"{memory.max_concurrency}x concurrency at {r.status.max_model_len}")
-        deployment = self.kube.get("apps/v1", "Deployment", self.owner.name, self.owner.namespace)
         replicas = r.inputs.replicas if r.inputs.replicas is not None else ctx.spec.replicas
         self.condition(READY, *deployment_ready(deployment, replicas))
         if not any(c.get("type") == DEGRADED for c in self.conditions):
@@ -276,8 +278,7 @@ class Reconciler:
 
     # --- remediation ---------------------------------------------------------------------------------
 
-    def _signal(self, ctx: Context, r: Rendered, deployment: dict[str, Any] | None) -> tuple[
-            Classification | None, str | None, bool]:
+    def _signal(self, ctx: Context, r: Rendered) -> tuple[Classification | None, str | None, bool]:
         """(classification, evidence key, metrics usable)."""
         plan_hash = r.objects[0]["spec"]["template"]["metadata"]["annotations"][PLAN_HASH]
         pods = self.kube.pods(self.owner.namespace, f"app.kubernetes.io/instance={self.owner.name}")
@@ -311,12 +312,14 @@ class Reconciler:
             return crash.classification, crash.key, True
         return None, None, True
 
-    def remediate(self, ctx: Context, r: Rendered, overrides: Overrides) -> Rendered:
-        deployment = self.kube.get("apps/v1", "Deployment", self.owner.name, self.owner.namespace)
-        signal, key, metrics_ok = self._signal(ctx, r, deployment)
+    def remediate(self, ctx: Context, r: Rendered, overrides: Overrides,
+                  deployment: dict[str, Any] | None) -> Rendered:
+        signal, key, metrics_ok = self._signal(ctx, r)
         if not metrics_ok:
             return r
         policy = ctx.spec.remediation
+        guard_policy = Policy(policy.enabled, policy.cooldown_seconds, policy.max_steps, policy.stable_window_seconds)
+        now_seconds = _seconds(self.stamp) or 0.0
         rem = self.remediation
         state = State(rung=int(rem.get("rung", 0)), last_step_at=_seconds(rem.get("lastStepTime")),
                       last_signal_at=_seconds(rem.get("lastSignalTime")),
@@ -327,16 +330,12 @@ class Reconciler:
                             and int(status.get("observedGeneration") or 0) >= int(
                                 deployment["metadata"].get("generation") or 0))
         crash_of_current_plan = signal is not None and key is not None and not key.startswith("kv-saturation/")
-        verdict = decide(now=_seconds(self.stamp) or 0.0,
-                         policy=Policy(policy.enabled, policy.cooldown_seconds, policy.max_steps,
-                                       policy.stable_window_seconds),
-                         state=state, signal_is_memory=None if signal is None else signal.signal.is_memory,
+        verdict = decide(now=now_seconds, policy=guard_policy, state=state,
+                         signal_is_memory=None if signal is None else signal.signal.is_memory,
                          rollout_complete=rollout_complete or crash_of_current_plan)
         if signal is not None:
             rem["lastSignalTime"] = self.stamp
-            rem["relaxBackoff"] = backoff_after_signal(state, _seconds(self.stamp) or 0.0,
-                                                       Policy(policy.enabled, policy.cooldown_seconds,
-                                                              policy.max_steps, policy.stable_window_seconds))
+            rem["relaxBackoff"] = backoff_after_signal(state, now_seconds, guard_policy)
         rem.setdefault("rung", 0)
         rem["state"] = str(verdict)
         if verdict is Verdict.STEP and signal is not None and key is not None:

@@ -25,7 +25,7 @@ from llm_autopilot.planner.kv_cache import (
     kv_bytes_per_token,
     largest_len_that_fits,
 )
-from llm_autopilot.planner.weights import ACTIVATION_DTYPE_BYTES, weight_bytes_per_gpu
+from llm_autopilot.planner.weights import ACTIVATION_DTYPE_BYTES, stage_layers, weight_bytes_per_gpu
 
 MIB = 1024**2
 
@@ -128,7 +128,7 @@ def non_torch_bytes(c: ServingConfig) -> float:
 def cuda_graph_bytes(c: ServingConfig) -> float:
     if c.enforce_eager:
         return 0.0
-    layers = -(-c.model.num_layers // c.pipeline_parallel_size)
+    layers = stage_layers(c.model.num_layers, c.pipeline_parallel_size)
     sizes = c.vllm.cuda_graph_capture_sizes(c.max_num_seqs, c.max_num_batched_tokens)
     return _CUDA_GRAPH_BASE + layers * sizes * _CUDA_GRAPH_PER_LAYER_PER_SIZE
 

@@ -90,14 +90,24 @@ def _gib(value: float) -> str:
     return f"{max(1, round(value))}Gi"
 
 
+#: Kubernetes quantity suffixes (binary before decimal, so "Mi" is not read as "M")
+_QUANTITY_FACTORS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def quantity_gib(text: str) -> float:
+    """A memory quantity ("36Gi", "192G", "1024Mi", bytes) in GiB; 0 when it cannot be read."""
+    for suffix, factor in _QUANTITY_FACTORS.items():
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * factor / 2**30
+    try:
+        return float(text) / 2**30
+    except ValueError:
+        return 0.0
+
+
 def memory_limit_gib(inputs: WorkloadInputs) -> float:
     """The container memory limit the objects set (GiB), for remediation's host-OOM rung."""
-    text = str(container_resources(inputs)["limits"].get("memory", "0Gi"))
-    units = {"Gi": 1.0, "G": 1e9 / 2**30, "Mi": 1 / 1024, "M": 1e6 / 2**30, "Ti": 1024.0}
-    for suffix, factor in units.items():
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * factor
-    return float(text) / 2**30 if text.isdigit() else 0.0
+    return quantity_gib(str(container_resources(inputs)["limits"].get("memory", "0")))
 
 
 def container_resources(inputs: WorkloadInputs) -> dict[str, dict[str, Any]]:
