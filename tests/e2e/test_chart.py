@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import ROOT, Kubectl, Operator, _free_port, wait_for
+from tests.e2e.conftest import ROOT, Kubectl, Operator, _free_port, listening, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -221,6 +221,10 @@ def test_modes_render_what_they_promise(helm: Path) -> None:
     assert sc["capabilities"]["drop"] == ["ALL"]
     assert container["resources"]["requests"] and container["resources"]["limits"]
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
+    # ready only once the admission server listens, so the webhook Service never routes to a refusing pod
+    assert container["readinessProbe"]["tcpSocket"] == {"port": "webhook"}
+    no_webhook = one(render(helm, *MODES["no-webhook"]), "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert no_webhook["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "healthz"}
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"healthz": 8080, "metrics": 9090,
                                                                            "webhook": 9443}
     env = {e["name"]: e.get("value") for e in container["env"]}
@@ -324,8 +328,8 @@ def test_alert_rules_are_valid_promql(helm: Path, tmp_path: Path) -> None:
     assert names == ["LLMAutopilotVLLMOOMKilled", "LLMAutopilotKVCacheSaturated", "LLMAutopilotRemediationExhausted",
                      "LLMAutopilotDeploymentNotReady", "LLMAutopilotOperatorDown"]
     promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool is not installed (Debian package prometheus)")
+    # the e2e tests need Prometheus anyway (Debian's package, installed by .ci/run), and it ships promtool
+    assert promtool is not None, "promtool is not installed: apt-get install prometheus"
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
@@ -366,7 +370,8 @@ def test_operator_with_the_charts_service_account(chart_cluster: Kubectl, helm: 
     vwc_name = f"{release}-loopback"
     try:
         cert = tmp_path / "certs" / "webhook.crt"
-        wait_for("the webhook certificate", cert.exists, timeout=60)
+        # the certificate is written before Kopf's server binds: wait for the listener itself
+        wait_for("the webhook server listening", lambda: cert.exists() and listening(port), timeout=60)
         # the chart's ValidatingWebhookConfiguration, pointed at the loopback server instead of the Service
         vwc = one(render(helm, "--set", "rbac.scope=namespaced", "--set", f"watchNamespaces={{{namespace}}}",
                          release=release, namespace=namespace), "ValidatingWebhookConfiguration")
@@ -409,16 +414,11 @@ def test_standalone_operator_with_the_charts_service_account(chart_cluster: Kube
     try:
         kubeconfig = sa_kubeconfig(kubectl, namespace, f"{name}-llm-autopilot", tmp_path / "sa.kubeconfig")
         op = Operator(operator_env(kubectl, kubeconfig), tmp_path / "operator.log",
-                             ["--standalone", f"--namespace={namespace}"]).start()
+                      ["--standalone", f"--namespace={namespace}"]).start()
         kubectl("apply", "-n", namespace, "-f", "-", input=example("qwen3-8b-l4.yaml"))
-        try:
-            wait_for("a standalone reconcile", lambda: planned(kubectl, namespace, "qwen3-8b"), timeout=45)
-        except AssertionError:
-            if "blockers: peering CRD is missing" in op.output():
-                pytest.xfail("operator bug: `llm-autopilot operator --standalone` always passes peering_name to "
-                             "kopf.run, which makes peering mandatory; with standalone Kopf then pauses forever "
-                             "('peering CRD is missing'). Fix: peering_name=None when standalone.")
-            raise
+        # standalone must not need the peering CRD or its RBAC (Kopf pauses forever if given a peering name)
+        wait_for("a standalone reconcile", lambda: planned(kubectl, namespace, "qwen3-8b"), timeout=45)
+        assert "peering CRD is missing" not in op.output()
         assert forbidden(op.output()) == [], "\n".join(forbidden(op.output()))
     finally:
         if op:
