@@ -10,10 +10,13 @@ needs and the chart does not grant shows up as a 403.
 from __future__ import annotations
 
 import base64
+import datetime
+import ipaddress
 import json
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -24,6 +27,10 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from tests.e2e.conftest import ROOT, Kubectl, Operator, _free_port, listening, wait_for
 
@@ -534,3 +541,100 @@ def test_self_signed_webhook_certificate_survives_upgrades(chart_cluster: Kubect
         assert new_template["metadata"]["annotations"][checksum] != template["metadata"]["annotations"][checksum]
     finally:
         run_helm(helm, "uninstall", name, "--namespace", namespace, env=kubectl.env, check=False)
+
+
+KeyAndCert = tuple[ec.EllipticCurvePrivateKey, x509.Certificate]
+
+
+def _issue(ca: KeyAndCert | None, common_name: str, hosts: list[str]) -> KeyAndCert:
+    """(key, certificate): a CA when `ca` is None, else a serving certificate for `hosts` signed by it."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    issuer_key, issuer = (key, subject) if ca is None else (ca[0], ca[1].subject)
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(key.public_key())
+               .serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=ca is None, path_length=None), critical=True))
+    if ca is not None:
+        sans = [x509.IPAddress(ipaddress.ip_address(h)) if h[0].isdigit() else x509.DNSName(h) for h in hosts]
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    return key, builder.sign(issuer_key, hashes.SHA256())
+
+
+def _mount_secret(directory: Path, version: str, files: dict[str, bytes]) -> None:
+    """Write `files` the way the kubelet updates a mounted Secret: a new timestamped directory, then one
+    atomic swap of the `..data` symlink that the visible names point through."""
+    target = directory / f"..{version}"
+    target.mkdir(parents=True)
+    for name, data in files.items():
+        (target / name).write_bytes(data)
+        if not (directory / name).is_symlink():
+            (directory / name).symlink_to(Path("..data") / name)
+    swap = directory / "..data_tmp"
+    swap.symlink_to(target.name)
+    swap.replace(directory / "..data")
+
+
+def test_operator_serves_a_renewed_webhook_certificate_without_restart(kubectl: Kubectl, helm: Path, namespace: str,
+                                                                       tmp_path: Path) -> None:
+    """cert-manager renews the Secret, the kubelet swaps the mounted files: the operator serves the new
+    certificate (and the API server, trusting the unchanged CA, keeps calling it) with no restart."""
+    def pem(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate) -> dict[str, bytes]:
+        return {"tls.key": key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption()),
+                "tls.crt": cert.public_bytes(serialization.Encoding.PEM),
+                "ca.crt": ca[1].public_bytes(serialization.Encoding.PEM)}
+
+    ca = _issue(None, "llm-autopilot-test-ca", [])
+    first = _issue(ca, "llm-autopilot-webhook", ["127.0.0.1", "localhost"])
+    renewed = _issue(ca, "llm-autopilot-webhook", ["127.0.0.1", "localhost"])
+    tls = tmp_path / "webhook-tls"
+    _mount_secret(tls, "v1", pem(*first))
+
+    port = _free_port()
+
+    def served() -> x509.Certificate:
+        return x509.load_pem_x509_certificate(ssl.get_server_certificate(("127.0.0.1", port)).encode())
+
+    # the chart's settings: mounted files, the chart ships the webhook configuration (not Kopf)
+    env = operator_env(kubectl, Path(kubectl.env["KUBECONFIG"]), LLM_AUTOPILOT_WEBHOOK="true",
+                       LLM_AUTOPILOT_WEBHOOK_PORT=str(port), LLM_AUTOPILOT_WEBHOOK_MANAGED="false",
+                       LLM_AUTOPILOT_WEBHOOK_CERT_FILE=str(tls / "tls.crt"),
+                       LLM_AUTOPILOT_WEBHOOK_KEY_FILE=str(tls / "tls.key"),
+                       LLM_AUTOPILOT_WEBHOOK_CA_FILE=str(tls / "ca.crt"),
+                       LLM_AUTOPILOT_WEBHOOK_CERT_CHECK_SECONDS="1")
+    op = Operator(env, tmp_path / "operator.log", ["--standalone", f"--namespace={namespace}"]).start()
+    vwc_name = f"rotation-{namespace}"
+    try:
+        wait_for("the webhook server listening", lambda: listening(port), timeout=60)
+        assert served() == first[1]
+        # the chart's ValidatingWebhookConfiguration with the CA as caBundle, for this namespace only
+        vwc = one(render(helm), "ValidatingWebhookConfiguration")
+        vwc["metadata"] = {"name": vwc_name}
+        hook = vwc["webhooks"][0]
+        hook["name"] = "rotation.llm-autopilot.io"
+        hook["namespaceSelector"] = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+        hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}/validate-llmdeployment",
+                                "caBundle": base64.b64encode(pem(*first)["ca.crt"]).decode()}
+        kubectl("apply", "-f", "-", input=json.dumps(vwc))
+
+        def admitted() -> bool:
+            # failurePolicy Fail: admitted only if the API server reached the operator over TLS it trusts
+            result = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
+                             input=example("qwen3-8b-l4.yaml"), check=False)
+            assert "x509" not in result.stderr, result.stderr
+            return result.returncode == 0
+
+        wait_for("the first certificate trusted by the API server", admitted, timeout=30)
+
+        _mount_secret(tls, "v2", pem(*renewed))
+        wait_for("the renewed certificate served", lambda: served() == renewed[1], timeout=30)
+        assert op.process is not None and op.process.poll() is None, "the operator restarted"
+        wait_for("the renewed certificate trusted by the API server", admitted, timeout=30)
+        infeasible = str(EXAMPLES / "infeasible-llama-405b.yaml")
+        denied = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", infeasible, check=False)
+        assert denied.returncode != 0 and "denied the request" in denied.stderr, denied.stderr
+    finally:
+        op.stop()
+        kubectl("delete", "validatingwebhookconfiguration", vwc_name, "--ignore-not-found", check=False)

@@ -136,3 +136,5 @@ def test_settings_from_environment() -> None:
     assert s.namespaces == ("a", "b") and s.webhook_enabled and s.resync_seconds == 5
     assert s.prometheus_url == "http://p"
     assert OperatorSettings.from_env({}).default_image.endswith(V)
+    assert OperatorSettings.from_env({}).webhook_cert_check_seconds == 60
+    assert OperatorSettings.from_env({"LLM_AUTOPILOT_WEBHOOK_CERT_CHECK_SECONDS": "5"}).webhook_cert_check_seconds == 5

@@ -53,9 +53,12 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger | logging.
             cert_dir = Path(SETTINGS.webhook_cert_dir or tempfile.mkdtemp(prefix="llm-autopilot-webhook-"))
             certfile, keyfile = self_signed(cert_dir, [host, "localhost"])
             cafile = certfile
+        # Kopf re-reads the files every file_check_interval and restarts its listener when they change, so
+        # cert-manager renewals (the kubelet swaps the mounted Secret's files) need no operator restart.
         settings.admission.server = kopf.WebhookServer(
             addr=SETTINGS.webhook_addr, port=SETTINGS.webhook_port, host=host,
-            certfile=str(certfile), pkeyfile=str(keyfile), cafile=str(cafile))
+            certfile=str(certfile), pkeyfile=str(keyfile), cafile=str(cafile),
+            file_check_interval=SETTINGS.webhook_cert_check_seconds)
         if SETTINGS.webhook_managed:  # otherwise the Helm chart ships the ValidatingWebhookConfiguration
             settings.admission.managed = GROUP
         logger.info("admission webhook on https://%s:%s", host, SETTINGS.webhook_port)

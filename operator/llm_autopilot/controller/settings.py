@@ -44,6 +44,9 @@ class OperatorSettings:
     webhook_certfile: str | None = None
     webhook_keyfile: str | None = None
     webhook_cafile: str | None = None
+    #: how often the certificate files are re-read; a renewed certificate (cert-manager, a rotated Secret) is
+    #: served from then on without a restart
+    webhook_cert_check_seconds: float = 60.0
     #: Kopf creates/patches the ValidatingWebhookConfiguration (local clusters); false when the chart ships it
     webhook_managed: bool = True
     #: the operator's own /metrics (None: not served); the chart sets 9090 on 0.0.0.0
@@ -74,6 +77,8 @@ class OperatorSettings:
             webhook_certfile=e.get("LLM_AUTOPILOT_WEBHOOK_CERT_FILE") or None,
             webhook_keyfile=e.get("LLM_AUTOPILOT_WEBHOOK_KEY_FILE") or None,
             webhook_cafile=e.get("LLM_AUTOPILOT_WEBHOOK_CA_FILE") or None,
+            webhook_cert_check_seconds=float(e.get("LLM_AUTOPILOT_WEBHOOK_CERT_CHECK_SECONDS",
+                                                   defaults.webhook_cert_check_seconds)),
             webhook_managed=e.get("LLM_AUTOPILOT_WEBHOOK_MANAGED", "true").lower() not in ("0", "false", "no", "off"),
             metrics_port=int(e["LLM_AUTOPILOT_METRICS_PORT"]) if e.get("LLM_AUTOPILOT_METRICS_PORT") else None,
             metrics_addr=e.get("LLM_AUTOPILOT_METRICS_ADDR", defaults.metrics_addr),
