@@ -44,7 +44,9 @@ RESYNC_SECONDS = 3
 DRY_NS, DRY_WATCHED = "chart-dry", ("chart-dry-a", "chart-dry-b")
 #: documented hand-over bounds (charts/llm-autopilot/README.md, "High availability")
 HANDOVER_GRACEFUL_SECONDS = 15.0  # SIGTERM: the stopping replica deletes its keep-alive at once
-HANDOVER_CRASH_SECONDS = 90.0  # SIGKILL: Kopf's peering lifetime (60 s) + a watch re-list
+#: the HA test runs with a 20 s peering lifetime (chart: peering.lifetimeSeconds, 60 by default)
+PEERING_LIFETIME_SECONDS = 20
+HANDOVER_CRASH_SECONDS = PEERING_LIFETIME_SECONDS + 15.0  # SIGKILL: the keep-alive expires, then the standby resumes
 
 MODES: dict[str, list[str]] = {
     "default": [],
@@ -254,6 +256,7 @@ def test_modes_render_what_they_promise(helm: Path) -> None:
     ha = render(helm, *MODES["ha"])
     ha_container = one(ha, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert "--peering" in ha_container["command"] and "--standalone" not in ha_container["command"]
+    assert "--peering-lifetime=60" in ha_container["command"]
     assert one(ha, "ClusterKopfPeering")["metadata"]["name"] == "llm-autopilot"
     assert one(ha, "PodDisruptionBudget")["spec"]["maxUnavailable"] == 1
 
@@ -284,6 +287,7 @@ def test_modes_render_what_they_promise(helm: Path) -> None:
     (["--set", "watchNamespaces={Bad_Name}"], "at '/watchNamespaces/0'"),
     (["--set", "monitoring.prometheusRule.kvSaturationThreshold=1.5"], "kvSaturationThreshold"),
     (["--set", "operator.logFormat=xml"], "at '/operator/logFormat'"),
+    (["--set", "peering.lifetimeSeconds=5"], "at '/peering/lifetimeSeconds': minimum: got 5, want 15"),
     (["--set", "unknownKey=1"], "additional properties 'unknownKey' not allowed"),
 ])
 def test_schema_rejects_bad_values_with_a_clear_message(helm: Path, values: list[str], message: str) -> None:
@@ -460,7 +464,7 @@ def test_ha_peering_hands_over_without_duplicate_writes(chart_cluster: Kubectl, 
                                                         tmp_path: Path) -> None:
     kubectl = chart_cluster
     kubeconfig = sa_kubeconfig(kubectl, namespace, f"{release}-llm-autopilot", tmp_path / "sa.kubeconfig")
-    args = ["--peering", f"--namespace={namespace}"]
+    args = ["--peering", f"--namespace={namespace}", f"--peering-lifetime={PEERING_LIFETIME_SECONDS}"]
 
     def replica(name: str, priority: int) -> Operator:
         env = operator_env(kubectl, kubeconfig, POD_ID=f"{name}-{uuid.uuid4().hex[:4]}")

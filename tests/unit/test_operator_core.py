@@ -137,4 +137,6 @@ def test_settings_from_environment() -> None:
     assert s.prometheus_url == "http://p"
     assert OperatorSettings.from_env({}).default_image.endswith(V)
     assert OperatorSettings.from_env({}).webhook_cert_check_seconds == 60
+    assert OperatorSettings.from_env({}).peering_lifetime_seconds == 60
+    assert OperatorSettings.from_env({"LLM_AUTOPILOT_PEERING_LIFETIME_SECONDS": "20"}).peering_lifetime_seconds == 20
     assert OperatorSettings.from_env({"LLM_AUTOPILOT_WEBHOOK_CERT_CHECK_SECONDS": "5"}).webhook_cert_check_seconds == 5

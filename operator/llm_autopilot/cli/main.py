@@ -273,16 +273,21 @@ def catalog_gpus_command(output: str) -> None:
 @click.option("--priority", type=int, default=None,
               help="Peering priority (the highest runs). Default: derived from the pod name, so replicas differ.")
 @click.option("--peering-name", default="llm-autopilot", show_default=True, help="Name of the KopfPeering object.")
+@click.option("--peering-lifetime", type=click.IntRange(min=15), default=None, metavar="SECONDS",
+              help="How long a replica's peering keep-alive counts, so how soon a standby takes over from a replica "
+                   "that died (SIGKILL, node loss). Default: LLM_AUTOPILOT_PEERING_LIFETIME_SECONDS, else 60.")
 @click.option("--liveness", default=None, help="Liveness endpoint, e.g. http://0.0.0.0:8080/healthz.")
 @click.option("--log-format", type=click.Choice(["plain", "json"]), default="plain", show_default=True)
 @click.option("--verbose", is_flag=True)
 def operator_command(namespaces: tuple[str, ...], standalone: bool, priority: int | None, peering_name: str,
-                     liveness: str | None, log_format: str, verbose: bool) -> None:
+                     peering_lifetime: int | None, liveness: str | None, log_format: str, verbose: bool) -> None:
     """Run the operator: reconcile LLMDeployments (and serve the admission webhook when enabled)."""
     import kopf  # noqa: PLC0415 - the operator's dependencies load only for this command
 
     from llm_autopilot.controller import handlers  # noqa: PLC0415 - importing registers the handlers
 
+    if peering_lifetime is not None:
+        handlers.SETTINGS = dataclasses.replace(handlers.SETTINGS, peering_lifetime_seconds=peering_lifetime)
     watched = namespaces or handlers.SETTINGS.namespaces
     level = logging.DEBUG if verbose else logging.INFO
     if log_format == "json":

@@ -44,6 +44,7 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger | logging.
     settings.posting.level = logging.WARNING  # explicit events only; no event per handler log line
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
     settings.watching.server_timeout = 300
+    settings.peering.lifetime = SETTINGS.peering_lifetime_seconds
     if SETTINGS.webhook_enabled:
         host = SETTINGS.webhook_host or SETTINGS.webhook_addr
         if SETTINGS.webhook_certfile and SETTINGS.webhook_keyfile:

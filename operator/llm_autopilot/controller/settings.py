@@ -54,6 +54,9 @@ class OperatorSettings:
     metrics_addr: str = "127.0.0.1"
     #: Hub look-ups for models outside the catalog
     hub_timeout_seconds: float = 10.0
+    #: Kopf peering: how long a replica's keep-alive counts (refreshed 5-10 s before it expires), so how soon
+    #: a standby takes over from a replica that died without saying goodbye (SIGKILL, node loss)
+    peering_lifetime_seconds: int = 60
     extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -83,4 +86,6 @@ class OperatorSettings:
             metrics_port=int(e["LLM_AUTOPILOT_METRICS_PORT"]) if e.get("LLM_AUTOPILOT_METRICS_PORT") else None,
             metrics_addr=e.get("LLM_AUTOPILOT_METRICS_ADDR", defaults.metrics_addr),
             hub_timeout_seconds=float(e.get("LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS", defaults.hub_timeout_seconds)),
+            peering_lifetime_seconds=int(e.get("LLM_AUTOPILOT_PEERING_LIFETIME_SECONDS",
+                                               defaults.peering_lifetime_seconds)),
         )
