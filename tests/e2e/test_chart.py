@@ -239,6 +239,12 @@ def test_modes_render_what_they_promise(helm: Path) -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["LLM_AUTOPILOT_METRICS_PORT"] == "9090" and env["LLM_AUTOPILOT_WEBHOOK_MANAGED"] == "false"
     assert env["LLM_AUTOPILOT_WEBHOOK_ADDR"] == "0.0.0.0" and env["LLM_AUTOPILOT_WEBHOOK_PORT"] == "9443"
+    assert env["LLM_AUTOPILOT_PROMETHEUS_TLS_VERIFY"] == "true"
+    # `--set tlsVerify=false` gives a boolean: accepted, and the operator reads the string "false"
+    for value in ("false", "/etc/prometheus/ca.crt"):
+        deployment = one(render(helm, "--set", f"operator.prometheus.tlsVerify={value}"), "Deployment")
+        container_env = deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+        assert {e["name"]: e.get("value") for e in container_env}["LLM_AUTOPILOT_PROMETHEUS_TLS_VERIFY"] == value
 
     # self-signed webhook TLS: the Secret's CA is the caBundle the API server trusts
     secret, vwc = one(default, "Secret"), one(default, "ValidatingWebhookConfiguration")

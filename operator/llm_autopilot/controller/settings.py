@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
 
@@ -57,7 +57,6 @@ class OperatorSettings:
     #: Kopf peering: how long a replica's keep-alive counts (refreshed 5-10 s before it expires), so how soon
     #: a standby takes over from a replica that died without saying goodbye (SIGKILL, node loss)
     peering_lifetime_seconds: int = 60
-    extra: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorSettings:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Histogram, start_http_server
 
 RECONCILES = Counter("llm_autopilot_reconciles_total", "Reconciles of LLMDeployments by result.", ["result"])
-PLANS = Counter("llm_autopilot_plans_total", "Plans by outcome (feasible, infeasible, error).", ["outcome"])
+PLANS = Counter("llm_autopilot_plans_total", "Plans by outcome (feasible, infeasible).", ["outcome"])
 REMEDIATION_STEPS = Counter("llm_autopilot_remediation_steps_total",
                             "Remediation steps by signal and kind (step, relax, exhausted).", ["signal", "kind"])
 ADMISSION = Counter("llm_autopilot_admission_reviews_total", "Admission reviews by verdict.", ["verdict"])
