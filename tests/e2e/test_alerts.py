@@ -7,6 +7,7 @@ exposes shortened to a few seconds through its values), checked with `promtool c
 * KV saturation: simulated vLLM pods (hack/vllm_sim.py) with the `llmdeployment` target label the chart's
   PodMonitor gives them;
 * an OOM kill: a managed vLLM pod's status patched as the kubelet would write it, seen by kube-state-metrics;
+* not Ready: a managed Deployment whose pod the scheduler cannot place, seen by kube-state-metrics;
 * remediation exhausted / operator down: the operator's own /metrics scraped through the cluster's `extra`
   file_sd job, labelled `job`/`namespace` as the chart's ServiceMonitor would label it.
 """
@@ -229,6 +230,27 @@ def test_oomkilled_restart_fires(kubectl: Kubectl, prometheus_url: str, rules: P
     alert = wait_firing(prometheus_url, "LLMAutopilotVLLMOOMKilled", namespace=namespace, pod=name)
     assert alert["labels"]["container"] == "vllm" and alert["labels"]["severity"] == "warning"
     assert alert["annotations"]["summary"] == f"vLLM pod {namespace}/{name} was OOM-killed"
+
+
+def test_deployment_not_ready_fires(kubectl: Kubectl, prometheus_url: str, rules: Path, namespace: str) -> None:
+    """A managed vLLM Deployment whose pod cannot be scheduled (2 GPUs asked of 1-GPU L4 nodes) fires; the same
+    Deployment without the operator's managed-by label does not; scaling it to zero resolves it."""
+    name = "LLMAutopilotDeploymentNotReady"
+    stuck, unmanaged = vllm_deployment("stuck"), vllm_deployment("unmanaged")
+    unmanaged["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "someone-else"
+    for obj in (stuck, unmanaged):
+        obj["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+        kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
+    # kube-state-metrics sees both Deployments, one replica desired and none available
+    wait_for_series(prometheus_url, f'kube_deployment_status_replicas_available{{namespace="{namespace}",'
+                                     f'deployment="unmanaged"}} == 0')
+    alert = wait_firing(prometheus_url, name, namespace=namespace, deployment="stuck")
+    assert alert["labels"]["severity"] == "warning"
+    assert alert["annotations"]["summary"] == f"LLMDeployment {namespace}/stuck not Ready for {FOR}"
+    assert not active_alerts(prometheus_url, name, namespace=namespace, deployment="unmanaged")
+    # nothing desired, nothing missing: the alert resolves
+    kubectl("scale", "deployment", "stuck", "-n", namespace, "--replicas=0")
+    wait_inactive(prometheus_url, name, namespace=namespace, deployment="stuck")
 
 
 def exhaust(kubectl: Kubectl, ns: str) -> None:
