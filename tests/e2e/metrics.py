@@ -16,7 +16,6 @@ Helpers: :func:`prom_query` (instant query, raises on error), :func:`wait_for_se
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from typing import Any
 import pytest
 from hack.vllm_sim import SimulatorError, VllmSimulator
 
-from tests.e2e.conftest import CLUSTER, Kubectl
+from tests.e2e.conftest import CLUSTER, Kubectl, listening
 
 __all__ = [
     "SimulatorError",
@@ -111,10 +110,7 @@ def _remove_dead_targets(targets_dir: Path) -> None:
     """Drop file_sd files left by killed simulators (their port no longer listens)."""
     for path in targets_dir.glob("vllm-sim-*.json"):
         port = path.stem.removeprefix("vllm-sim-")
-        try:
-            with socket.create_connection(("127.0.0.1", int(port)), timeout=1):
-                continue
-        except (OSError, ValueError):
+        if not (port.isdigit() and listening(int(port))):
             path.unlink(missing_ok=True)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import ipaddress
 import json
 import re
 import shutil
@@ -32,6 +31,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from llm_autopilot.controller.certs import subject_alt_name
 from tests.e2e.conftest import ROOT, Kubectl, Operator, _free_port, listening, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -388,7 +388,7 @@ def test_operator_with_the_charts_service_account(chart_cluster: Kubectl, helm: 
     try:
         cert = tmp_path / "certs" / "webhook.crt"
         # the certificate is written before Kopf's server binds: wait for the listener itself
-        wait_for("the webhook server listening", lambda: cert.exists() and listening(port), timeout=60)
+        wait_for("the webhook server listening", lambda: listening(port), timeout=60)
         # the chart's ValidatingWebhookConfiguration, pointed at the loopback server instead of the Service
         vwc = one(render(helm, "--set", "rbac.scope=namespaced", "--set", f"watchNamespaces={{{namespace}}}",
                          release=release, namespace=namespace), "ValidatingWebhookConfiguration")
@@ -567,8 +567,8 @@ def _issue(ca: KeyAndCert | None, common_name: str, hosts: list[str]) -> KeyAndC
                .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
                .add_extension(x509.BasicConstraints(ca=ca is None, path_length=None), critical=True))
     if ca is not None:
-        sans = [x509.IPAddress(ipaddress.ip_address(h)) if h[0].isdigit() else x509.DNSName(h) for h in hosts]
-        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        sans = x509.SubjectAlternativeName([subject_alt_name(h) for h in hosts])
+        builder = builder.add_extension(sans, critical=False)
     return key, builder.sign(issuer_key, hashes.SHA256())
 
 

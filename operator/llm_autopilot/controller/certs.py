@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 
-def _san(host: str) -> x509.GeneralName:
+def subject_alt_name(host: str) -> x509.GeneralName:
+    """An IP address SAN for an IP literal, else a DNS name SAN."""
     try:
         return x509.IPAddress(ipaddress.ip_address(host))
     except ValueError:
@@ -41,7 +42,7 @@ def self_signed(directory: Path, hosts: list[str], days: int = 365) -> tuple[Pat
         .subject_name(subject).issuer_name(subject).public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
+        .add_extension(x509.SubjectAlternativeName([subject_alt_name(h) for h in hosts]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
