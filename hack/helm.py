@@ -90,14 +90,8 @@ CRD_SOURCES: dict[str, CRDSource] = {
 # Shared with the control-plane builder: cache layout, Go environment, the one-build-at-a-time lock and the
 # progress-printing runner.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cluster import (  # noqa: E402
-    ClusterError,
-    build_lock,
-    cache_root,
-    fmt_duration,
-    go_env,
-    run_with_progress,
-)
+from localcluster.binaries import build_lock, go_env, run_with_progress  # noqa: E402
+from localcluster.paths import ClusterError, cache_root, fmt_duration  # noqa: E402
 
 
 class HelmToolError(RuntimeError):

@@ -1,0 +1,423 @@
+"""One pod on a process-kubelet node: its containers' lifecycle and probes, and the status the kubelet reports.
+
+Follows the kubelet's rules where the operator can see them:
+- probes: the startup probe first (every ``periodSeconds``; ``failureThreshold`` misses kill the container),
+  then readiness (Ready) and liveness (``failureThreshold`` misses kill the container); HTTP GET to the pod
+  IP, success on 200-399 within ``timeoutSeconds``;
+- restarts (``restartPolicy: Always``): the first restart at once, then the kubelet's crash-loop back-off,
+  10 s doubling to 300 s, forgotten after 10 minutes without a crash (``initialCrashLoopBackOff``,
+  ``MaxContainerBackOff``, flowcontrol's 2 x max expiry), shown as ``waiting: CrashLoopBackOff``;
+- ``lastState.terminated`` with exitCode, reason (``OOMKilled`` from the memory cgroup), times, and with
+  ``FallbackToLogsOnError`` the last 80 lines / 2048 bytes of the log as the message, for a non-zero exit;
+- the log of the current and the previous instance stay readable (``pods/log``, ``previous=true``).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import ipaddress
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import runtime
+from .crilog import rfc3339_nano, termination_message
+from .memcg import MemoryCgroup
+from .podnet import PodNetwork
+
+INITIAL_BACKOFF = 10.0
+MAX_BACKOFF = 300.0
+TICK = 0.5
+#: a terminating pod's containers get at most this long: the tests' patience, not the pod's 60 s
+MAX_GRACE_SECONDS = 15.0
+
+_QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def quantity_bytes(text: str | int | None) -> int | None:
+    if text is None:
+        return None
+    value = str(text)
+    for suffix, factor in _QUANTITY.items():
+        if value.endswith(suffix):
+            return int(float(value[: -len(suffix)]) * factor)
+    return int(float(value))
+
+
+def crash_backoff(current: float, updated_at: float, now: float) -> tuple[float, float]:
+    """(wait before this restart, the back-off to keep) after a crash at ``now``: flowcontrol's Backoff as the
+    kubelet uses it: no entry yet (or one untouched for 2 x max) restarts at once and records the initial
+    value; a live entry makes the restart wait that long, and doubles (capped)."""
+    if not current or now - updated_at > 2 * MAX_BACKOFF:
+        return 0.0, INITIAL_BACKOFF
+    return current, min(MAX_BACKOFF, current * 2)
+
+
+@dataclasses.dataclass
+class Probe:
+    """One probe's schedule and counters."""
+
+    spec: dict[str, Any]
+    next_at: float = 0.0
+    failures: int = 0
+    successes: int = 0
+
+    @property
+    def period(self) -> float:
+        return float(self.spec.get("periodSeconds", 10))
+
+    @property
+    def failure_threshold(self) -> int:
+        return int(self.spec.get("failureThreshold", 3))
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_at
+
+    def record(self, ok: bool, now: float) -> None:
+        self.next_at = now + self.period
+        self.failures, self.successes = (0, self.successes + 1) if ok else (self.failures + 1, 0)
+
+
+@dataclasses.dataclass
+class Container:
+    spec: dict[str, Any]
+    restart_count: int = 0
+    instance: runtime.Instance | None = None
+    oom_kills_before: int = 0
+    last_exit: runtime.Exit | None = None
+    last_message: str = ""
+    waiting: tuple[str, str] | None = ("ContainerCreating", "")
+    backoff: float = 0.0  # current back-off, 0 = none yet
+    backoff_updated: float = 0.0
+    restart_at: float = 0.0
+    startup: Probe | None = None
+    readiness: Probe | None = None
+    liveness: Probe | None = None
+    started: bool = False  # the startup probe passed (or there is none)
+    ready: bool = False
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    def port(self, name_or_number: Any) -> int:
+        if isinstance(name_or_number, int) or str(name_or_number).isdigit():
+            return int(name_or_number)
+        for port in self.spec.get("ports") or []:
+            if port.get("name") == name_or_number:
+                return int(port["containerPort"])
+        raise ValueError(f"no container port named {name_or_number!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Environment:
+    """What the kubelet gives every container on its nodes."""
+
+    path: str  # $PATH: the CPU vLLM's venv first (the "image")
+    base_env: dict[str, str]
+    extra_args: Callable[[dict[str, Any], str], list[str]]  # documented CPU stand-ins: (container spec, node)
+    image_problem: str | None  # why no container can run here (e.g. vLLM not installed), else None
+
+
+class PodWorker(threading.Thread):
+    """Runs one pod until it is deleted; the kubelet hands it the newest pod object via ``update``."""
+
+    def __init__(self, kubelet: Any, pod: dict[str, Any], ip: ipaddress.IPv4Address) -> None:
+        meta = pod["metadata"]
+        super().__init__(name=f"pod-{meta['namespace']}/{meta['name']}", daemon=True)
+        self.kubelet = kubelet
+        self.pod = pod
+        self.namespace: str = meta["namespace"]
+        self.name: str = meta["name"]
+        self.uid: str = meta["uid"]
+        self.network = PodNetwork(kubelet.bridge, self.uid, ip)
+        self.dir: Path = kubelet.pods_dir / f"{self.namespace}_{self.name}_{self.uid}"
+        self.containers = [self._container(c, pod) for c in pod["spec"]["containers"]]
+        self.started_at = rfc3339_nano()
+        self.network_error: str | None = None
+        self.stopping = threading.Event()
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._reported: dict[str, Any] | None = None
+
+    @staticmethod
+    def _container(spec: dict[str, Any], pod: dict[str, Any]) -> Container:
+        previous = {s.get("name"): s for s in (pod.get("status") or {}).get("containerStatuses") or []}
+        c = Container(spec, restart_count=int(previous.get(spec["name"], {}).get("restartCount", 0)))
+        c.startup = Probe(spec["startupProbe"]) if spec.get("startupProbe") else None
+        c.readiness = Probe(spec["readinessProbe"]) if spec.get("readinessProbe") else None
+        c.liveness = Probe(spec["livenessProbe"]) if spec.get("livenessProbe") else None
+        return c
+
+    def update(self, pod: dict[str, Any]) -> None:
+        with self._lock:
+            self.pod = pod
+
+    # --- logs (read by the kubelet's HTTP server) ---------------------------------------------------
+
+    def log_path(self, container: str, restart: int) -> Path:
+        return self.dir / container / f"{restart}.log"
+
+    def container(self, name: str) -> Container | None:
+        return next((c for c in self.containers if c.name == name), None)
+
+    # --- the loop ------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._setup()
+            while not self.stopping.is_set():
+                for c in self.containers:
+                    self._sync(c)
+                self._report()
+                self.stopping.wait(TICK)
+            self._terminate()
+        except Exception as exc:  # a worker must never die silently: say so on the pod and in the log
+            self.kubelet.log(f"{self.namespace}/{self.name}: worker failed: {type(exc).__name__}: {exc}")
+            self.network_error = f"{type(exc).__name__}: {exc}"
+            self._report()
+            raise
+        finally:
+            self.done.set()
+
+    def _setup(self) -> None:
+        try:
+            self.network.setup()
+        except Exception as exc:
+            self.network_error = str(exc)
+            self.kubelet.event(self.pod, "Warning", "FailedCreatePodSandBox", f"network: {exc}")
+
+    def _sync(self, c: Container) -> None:
+        now = time.monotonic()
+        if c.instance is not None:
+            if c.instance.exited() is not None:
+                self._finished(c, now)
+            else:
+                self._probe(c, now)
+            return
+        if self.network_error is not None:
+            c.waiting = ("ContainerCreating", f"network: {self.network_error}")
+            return
+        if now < c.restart_at:
+            return
+        self._start(c)
+
+    def _start(self, c: Container) -> None:
+        env_problem = self.kubelet.environment.image_problem
+        if env_problem:
+            if c.waiting != ("ErrImageNeverPull", env_problem):
+                self.kubelet.event(self.pod, "Warning", "ErrImageNeverPull", env_problem)
+            c.waiting = ("ErrImageNeverPull", env_problem)
+            c.restart_at = time.monotonic() + INITIAL_BACKOFF
+            return
+        try:
+            env = self._env(c)
+            limit = quantity_bytes(((c.spec.get("resources") or {}).get("limits") or {}).get("memory"))
+            cgroup = MemoryCgroup(self.kubelet.cgroup_parent, f"{self.uid}-{c.name}-{c.restart_count}")
+            argv = [*(c.spec.get("command") or []), *(c.spec.get("args") or [])]
+            argv += self.kubelet.environment.extra_args(c.spec, self.kubelet_node)
+            c.oom_kills_before = 0
+            c.instance = runtime.start(network=self.network, cgroup=cgroup, memory_limit_bytes=limit, argv=argv,
+                                       env=env, path=self.kubelet.environment.path, workdir=self.dir / "workdir",
+                                       log_path=self.log_path(c.name, c.restart_count))
+        except runtime.StartError as exc:
+            c.waiting = (exc.reason, exc.message)
+            c.restart_at = time.monotonic() + INITIAL_BACKOFF
+            self.kubelet.event(self.pod, "Warning", "Failed", exc.message)
+            return
+        c.waiting, c.started, c.ready = None, c.startup is None, False
+        for probe in (c.startup, c.readiness, c.liveness):
+            if probe is not None:
+                probe.failures = probe.successes = 0
+                probe.next_at = time.monotonic() + float(probe.spec.get("initialDelaySeconds", 0))
+        self.kubelet.event(self.pod, "Normal", "Started", f"Started container {c.name}")
+
+    def _env(self, c: Container) -> dict[str, str]:
+        env = dict(self.kubelet.environment.base_env)
+        for var in c.spec.get("env") or []:
+            if "value" in var:
+                env[var["name"]] = str(var["value"])
+            elif "valueFrom" in var:
+                env[var["name"]] = self._value_from(var["valueFrom"])
+        return env
+
+    def _value_from(self, source: dict[str, Any]) -> str:
+        if "secretKeyRef" in source or "configMapKeyRef" in source:
+            kind, ref = ("secrets", source["secretKeyRef"]) if "secretKeyRef" in source else (
+                "configmaps", source["configMapKeyRef"])
+            code, obj = self.kubelet.api.request("GET", f"/api/v1/namespaces/{self.namespace}/{kind}/{ref['name']}")
+            data = (obj or {}).get("data") or {} if code == 200 else {}
+            if ref.get("key") not in data:
+                if ref.get("optional"):
+                    return ""
+                what = "secret" if kind == "secrets" else "configmap"
+                missing = (f'{what} "{ref["name"]}" not found' if code == 404 else
+                           f"couldn't find key {ref.get('key')} in {what} {self.namespace}/{ref['name']}")
+                raise runtime.StartError("CreateContainerConfigError", missing)
+            value = data[ref["key"]]
+            return base64.b64decode(value).decode() if kind == "secrets" else str(value)
+        field = (source.get("fieldRef") or {}).get("fieldPath", "")
+        fields: dict[str, str] = {
+            "metadata.name": self.name, "metadata.namespace": self.namespace, "metadata.uid": self.uid,
+            "spec.nodeName": self.kubelet_node, "status.podIP": str(self.network.ip), "status.hostIP": "127.0.0.1"}
+        return fields.get(str(field), "")
+
+    @property
+    def kubelet_node(self) -> str:
+        return str(self.pod["spec"].get("nodeName", ""))
+
+    def _probe(self, c: Container, now: float) -> None:
+        assert c.instance is not None
+        if not c.started:
+            probe = c.startup
+            if probe is not None and probe.due(now):
+                probe.record(self._http_ok(c, probe.spec), now)
+                if probe.successes:
+                    c.started = True
+                elif probe.failures >= probe.failure_threshold:
+                    self._kill(c, "Startup probe failed")
+            return
+        if c.readiness is not None and c.readiness.due(now):
+            ok = self._http_ok(c, c.readiness.spec)
+            c.readiness.record(ok, now)
+            if ok:
+                c.ready = True
+            elif c.readiness.failures >= c.readiness.failure_threshold:
+                c.ready = False
+        elif c.readiness is None:
+            c.ready = True
+        if c.liveness is not None and c.liveness.due(now):
+            c.liveness.record(self._http_ok(c, c.liveness.spec), now)
+            if c.liveness.failures >= c.liveness.failure_threshold:
+                self._kill(c, "Liveness probe failed")
+
+    def _http_ok(self, c: Container, spec: dict[str, Any]) -> bool:
+        get = spec.get("httpGet") or {}
+        try:
+            url = f"http://{self.network.ip}:{c.port(get.get('port'))}{get.get('path', '/')}"
+        except ValueError:
+            return False
+        try:
+            with urllib.request.urlopen(url, timeout=float(spec.get("timeoutSeconds", 1))) as response:
+                return 200 <= int(response.status) < 400
+        except urllib.error.HTTPError as exc:
+            return 200 <= exc.code < 400
+        except OSError:
+            return False
+
+    def _kill(self, c: Container, why: str) -> None:
+        assert c.instance is not None
+        self.kubelet.event(self.pod, "Warning", "Unhealthy", why)
+        self.kubelet.event(self.pod, "Normal", "Killing", f"Container {c.name} failed its probe, will be restarted")
+        runtime.stop(c.instance, self._grace())
+
+    def _finished(self, c: Container, now: float) -> None:
+        assert c.instance is not None
+        ended = runtime.reap(c.instance, c.oom_kills_before)
+        c.instance, c.started, c.ready = None, False, False
+        log = self.log_path(c.name, c.restart_count)
+        fallback = c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError" and ended.exit_code != 0
+        c.last_exit, c.last_message = ended, termination_message(log) if fallback else ""
+        self.kubelet.log(f"{self.namespace}/{self.name}/{c.name}: exited {ended.exit_code} ({ended.reason}), "
+                         f"peak memory {ended.peak_memory_bytes / 2**20:.0f} MiB")
+        if ended.reason == "OOMKilled":
+            self.kubelet.event(self.pod, "Warning", "OOMKilled", f"Container {c.name} was OOM-killed (memory limit)")
+        wait, c.backoff = crash_backoff(c.backoff, c.backoff_updated, now)
+        c.backoff_updated = now
+        c.restart_at = now + wait
+        c.restart_count += 1
+        if wait:
+            c.waiting = ("CrashLoopBackOff", f"back-off {wait:.0f}s restarting failed container={c.name} "
+                                             f"pod={self.name}_{self.namespace}({self.uid})")
+            self.kubelet.event(self.pod, "Warning", "BackOff", "Back-off restarting failed container "
+                                                               f"{c.name} in pod {self.name}_{self.namespace}")
+        else:
+            c.waiting = ("ContainerCreating", "")
+
+    def _grace(self) -> float:
+        seconds = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+        return min(float(seconds if seconds is not None else 30), MAX_GRACE_SECONDS)
+
+    def _terminate(self) -> None:
+        for c in self.containers:
+            if c.instance is not None:
+                runtime.stop(c.instance, self._grace())
+                runtime.reap(c.instance, c.oom_kills_before)
+                c.instance = None
+        self.kubelet.forget_targets(self)
+        self.network.teardown()
+
+    # --- status ----------------------------------------------------------------------------------------
+
+    def _status(self) -> dict[str, Any]:
+        statuses = [self._container_status(c) for c in self.containers]
+        all_ready = all(c.ready for c in self.containers)
+        running = any(c.instance is not None or c.restart_count for c in self.containers)
+        now = rfc3339_nano()
+        previous = {c.get("type"): c for c in (self.pod.get("status") or {}).get("conditions") or []}
+
+        def condition(type_: str, ok: bool, reason: str | None = None) -> dict[str, Any]:
+            status = "True" if ok else "False"
+            old = previous.get(type_) or {}
+            since = old.get("lastTransitionTime") if old.get("status") == status else now
+            out = {"type": type_, "status": status, "lastProbeTime": None, "lastTransitionTime": since}
+            if reason and not ok:
+                out["reason"] = reason
+            return out
+
+        conditions = [
+            condition("PodReadyToStartContainers", self.network_error is None),
+            condition("Initialized", True),
+            condition("Ready", all_ready, "ContainersNotReady"),
+            condition("ContainersReady", all_ready, "ContainersNotReady"),
+        ]
+        if "PodScheduled" in previous:
+            conditions.append(previous["PodScheduled"])
+        status: dict[str, Any] = {
+            "phase": "Running" if running else "Pending",
+            "conditions": conditions,
+            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+            "startTime": self.started_at,
+            "containerStatuses": statuses,
+        }
+        if self.network_error is None:
+            status["podIP"] = str(self.network.ip)
+            status["podIPs"] = [{"ip": str(self.network.ip)}]
+        return status
+
+    def _container_status(self, c: Container) -> dict[str, Any]:
+        state: dict[str, Any]
+        if c.instance is not None:
+            state = {"running": {"startedAt": c.instance.started_at}}
+        else:
+            reason, message = c.waiting or ("ContainerCreating", "")
+            state = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+        last: dict[str, Any] = {}
+        if c.last_exit is not None:
+            terminated = {"exitCode": c.last_exit.exit_code, "reason": c.last_exit.reason,
+                          "startedAt": c.last_exit.started_at, "finishedAt": c.last_exit.finished_at,
+                          "containerID": c.last_exit.container_id}
+            if c.last_message:
+                terminated["message"] = c.last_message
+            last = {"terminated": terminated}
+        return {"name": c.name, "image": c.spec.get("image", ""), "imageID": "", "ready": c.ready,
+                "started": c.instance is not None and c.started, "restartCount": c.restart_count,
+                "state": state, "lastState": last,
+                **({"containerID": c.instance.container_id} if c.instance is not None else {})}
+
+    def _report(self) -> None:
+        status = self._status()
+        if status != self._reported:
+            code, body = self.kubelet.api.merge_patch(
+                f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/status", {"status": status})
+            if code == 200:
+                self._reported = status
+                self.pod = body if isinstance(body, dict) else self.pod
+            elif code != 404:
+                self.kubelet.log(f"{self.namespace}/{self.name}: status patch {code}: {str(body)[:300]}")
+        self.kubelet.publish_targets(self)

