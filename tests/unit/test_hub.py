@@ -1,4 +1,4 @@
-"""The Hub client and model resolution, against a local Hub-shaped HTTP server (no internet; tests/hubserver.py)."""
+"""The Hub client and model resolution, against a local Hub-shaped HTTP server (no internet; hack/hub_server.py)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hack.hub_server import TOKEN, FakeHub, Repo
 
 from llm_autopilot.catalog.models import find_catalog_model
 from llm_autopilot.domain.precision import WeightFormat
 from llm_autopilot.hub.client import HubClient, ModelFetchError, load_local
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_model
-from tests.hubserver import TOKEN, FakeHub, Repo
 
 HUB_DATA = Path(__file__).resolve().parent.parent / "data" / "hub"
 

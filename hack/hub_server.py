@@ -1,4 +1,5 @@
-"""A Hub-shaped HTTP server on 127.0.0.1, for the Hub client's tests and for the end-to-end tests' tiny models.
+"""A Hub-shaped HTTP server on 127.0.0.1 (standard library only), for the Hub client's tests and for the tiny
+models of the end-to-end tests and `make demo`.
 
 It speaks the part of the Hub protocol huggingface_hub uses to download a file:
 ``HEAD``/``GET /{org}/{name}/resolve/{revision}/{filename}`` answered with ``X-Repo-Commit``,
