@@ -68,7 +68,15 @@ bench-reaction: install ## Reaction time from a Prometheus signal to the patched
 golden: install ## Print how close the memory model comes to every golden vLLM log
 	$(BIN)/python -m tests.bench.golden_report
 
+golden-vllm: install ## Record the real CPU vLLM's KV-cache lines for tests/data/vllm_cpu_kv_golden.json (~10 min)
+	$(PYTHON) hack/record_vllm_kv.py
+
+traces-vllm: install ## Record real vLLM metric traces under load on the local cluster (tests/data/vllm_cpu_metric_traces.json)
+	$(PYTHON) hack/cluster.py up >/dev/null
+	$(PYTHON) hack/record_vllm_traces.py
+
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction golden clean
+.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction golden \
+	golden-vllm traces-vllm clean

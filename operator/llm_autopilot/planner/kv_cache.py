@@ -11,6 +11,7 @@ Only the busiest pipeline stage matters.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.precision import KVCacheDtype
@@ -104,3 +105,57 @@ def largest_len_that_fits(
         else:
             high = middle
     return low
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    """What a KV room holds: the cache's size in tokens (vLLM's "KV cache size: N tokens") and the longest
+    request it admits (its "estimated maximum model length is N")."""
+
+    tokens: int
+    largest_len: int
+
+
+def kv_capacity(
+    m: ModelArchitecture,
+    tp: int,
+    pp: int,
+    dtype: KVCacheDtype,
+    *,
+    available_bytes: float,
+    max_model_len: int,
+    max_num_batched_tokens: int,
+    block_size: int,
+    limit: int,
+    reserve_null_block: bool,
+    group_aware_size: bool,
+) -> KVCapacity:
+    """vLLM's arithmetic for one KV room (``v1/core/kv_cache_utils.py``).
+
+    The pool is made of blocks that each hold one page for every layer of a KV-cache group (layers are
+    grouped in equal sizes); a request takes ``cdiv(len, block)`` blocks in each full-attention group and a
+    window's worth plus one in each sliding-window group. The printed size is, from 0.24, the group-aware
+    ``int(pool blocks / blocks per request x max_model_len)``; before, ``pool blocks // groups x block``.
+    The largest admitted length leaves out the null block when the version reserves it.
+    """
+    full, sliding = stage_layer_split(m, pp)
+    per_layer_block = kv_bytes_per_token_per_layer(m, tp, dtype) * block_size
+    group = min(g for g in (full, sliding) if g) if full or sliding else 0
+    if per_layer_block <= 0 or group == 0 or available_bytes <= 0:
+        return KVCapacity(0, 0)
+    page = group * per_layer_block
+    pool_blocks = int(available_bytes // page)
+    full_groups, sliding_groups = full // group, sliding // group
+    if group_aware_size:
+        per_request = full_groups * math.ceil(max_model_len / block_size)
+        if sliding_groups and m.sliding_window:
+            window = min(m.sliding_window - 1 + max_num_batched_tokens, max_model_len)
+            per_request += sliding_groups * (math.ceil(window / block_size) + 1)
+        tokens = int(pool_blocks / per_request * max_model_len) if per_request else 0
+    else:
+        tokens = pool_blocks // (full_groups + sliding_groups) * block_size
+    admissible = available_bytes - page if reserve_null_block else available_bytes
+    largest = largest_len_that_fits(m, tp, pp, dtype, available_bytes=admissible,
+                                    max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
+                                    limit=limit)
+    return KVCapacity(tokens, largest)

@@ -20,11 +20,7 @@ from dataclasses import dataclass, field
 
 from llm_autopilot.domain.precision import GIB
 from llm_autopilot.planner.config import ServingConfig
-from llm_autopilot.planner.kv_cache import (
-    kv_bytes_per_request,
-    kv_bytes_per_token,
-    largest_len_that_fits,
-)
+from llm_autopilot.planner.kv_cache import kv_bytes_per_request, kv_bytes_per_token, kv_capacity
 from llm_autopilot.planner.weights import ACTIVATION_DTYPE_BYTES, stage_layers, weight_bytes_per_gpu
 
 MIB = 1024**2
@@ -177,15 +173,14 @@ def estimate(c: ServingConfig) -> MemoryEstimate:
     available = budget - weights - activation - non_torch - graphs_in_budget
 
     per_token = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype)
-    block = per_token * c.block_size
-    tokens = int(max(available, 0) // block) * c.block_size if block else 0
     window_tokens = c.max_num_batched_tokens * c.vllm.sliding_window_batches
     per_request = kv_bytes_per_request(m, tp, pp, c.kv_cache_dtype, max_model_len=c.max_model_len,
                                        max_num_batched_tokens=window_tokens, block_size=c.block_size)
     concurrency = max(available, 0) / per_request if per_request else 0.0
-    capacity = largest_len_that_fits(m, tp, pp, c.kv_cache_dtype, available_bytes=available,
-                                     max_num_batched_tokens=window_tokens,
-                                     block_size=c.block_size, limit=m.max_position_embeddings)
+    room = kv_capacity(m, tp, pp, c.kv_cache_dtype, available_bytes=available, max_model_len=c.max_model_len,
+                       max_num_batched_tokens=window_tokens, block_size=c.block_size, limit=m.max_position_embeddings,
+                       reserve_null_block=c.vllm.reserves_null_block, group_aware_size=c.vllm.group_aware_kv_size)
+    tokens, capacity = room.tokens, room.largest_len
 
     if weights > budget:
         problems.append(f"weights need {weights / GIB:.1f} GiB per GPU but the budget is "

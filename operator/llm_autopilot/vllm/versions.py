@@ -81,6 +81,20 @@ class VLLMBehaviour:
         the default in 0.33."""
         return 2 if self.version >= VLLMVersion(0, 33, 0) else 1
 
+    @property
+    def reserves_null_block(self) -> bool:
+        """The block pool keeps one block back (the null block); from 0.29.0 the start-up capacity check and
+        its "estimated maximum model length" count only the usable blocks (vLLM #47272), so the largest
+        length that fits is one block shorter than the cache (8,064 of 8,192 tokens at block size 128)."""
+        return self.version >= VLLMVersion(0, 29, 0)
+
+    @property
+    def group_aware_kv_size(self) -> bool:
+        """"KV cache size: N tokens" is, from 0.24.0, ``int(max_concurrency x max_model_len)`` with the
+        concurrency counted per KV-cache group (``get_kv_cache_capacity``); before, blocks // groups x block.
+        The two differ for sliding-window models and lengths that are not a multiple of the block size."""
+        return self.version >= VLLMVersion(0, 24, 0)
+
     def batch_defaults(self, gpu: GPUSpec) -> BatchDefaults:
         """``vllm serve`` defaults (``engine/arg_utils.py::get_batch_defaults``); the >= 160 GiB tier
         exists from 0.28.0."""
