@@ -9,8 +9,10 @@ and errors tagged with ``X-Error-Code`` (RepoNotFound, RevisionNotFound, EntryNo
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
+import signal
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -51,10 +53,13 @@ class Seen:
 
 
 class FakeHub:
-    """A Hub on 127.0.0.1 serving :class:`Repo` objects; records every request it answers."""
+    """A Hub on 127.0.0.1 serving :class:`Repo` objects, and (with ``cache``) every model of a Hugging Face
+    cache folder (``models--ORG--NAME/refs/main`` -> snapshot, looked up per request, so models made after
+    the start are served too); records the most recent requests it answers."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int = 0, cache: Path | None = None) -> None:
         self.repos: dict[str, Repo] = {}
+        self.cache = cache
         self.requests: list[Seen] = []
         self._lock = threading.Lock()
         hub = self
@@ -69,7 +74,7 @@ class FakeHub:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.endpoint = f"http://127.0.0.1:{self.port}"
@@ -106,16 +111,29 @@ class FakeHub:
             headers["X-Repo-Commit"] = commit
         self._send(handler, status, headers, json.dumps({"error": message}).encode(), body)
 
+    def _cached(self, repo_id: str) -> Repo | None:
+        if self.cache is None or repo_id.count("/") != 1 or ".." in repo_id:
+            return None
+        folder = self.cache / ("models--" + repo_id.replace("/", "--"))
+        ref = folder / "refs" / "main"
+        if not ref.is_file():
+            return None
+        snapshot = folder / "snapshots" / ref.read_text().strip()
+        return repo_from_snapshot(snapshot) if snapshot.is_dir() else None
+
     def answer(self, handler: BaseHTTPRequestHandler, *, body: bool) -> None:
         auth = handler.headers.get("Authorization")
         with self._lock:
-            self.requests.append(Seen(handler.command, handler.path, auth))
+            self.requests = [*self.requests[-999:], Seen(handler.command, handler.path, auth)]
+        if handler.path == "/healthz":
+            self._send(handler, 200, {"Content-Type": "text/plain"}, b"ok", body)
+            return
         parts = handler.path.split("?", 1)[0].lstrip("/").split("/")
         if len(parts) < 5 or parts[2] != "resolve":
             self._error(handler, 404, "RepoNotFound", "Repository not found", body)
             return
         repo_id, revision, filename = f"{parts[0]}/{parts[1]}", unquote(parts[3]), "/".join(parts[4:])
-        repo = self.repos.get(repo_id)
+        repo = self.repos.get(repo_id) or self._cached(repo_id)
         if repo is None:
             self._error(handler, 401 if auth is None else 404, "RepoNotFound", "Repository not found", body)
             return
@@ -162,3 +180,24 @@ def repo_from_snapshot(snapshot: Path, *, lfs_files: tuple[str, ...] = ("model.s
     files = {p.name: p.read_bytes() for p in sorted(snapshot.iterdir()) if p.is_file() and p.name not in lfs_files}
     sizes = {name: (snapshot / name).stat().st_size for name in lfs_files if (snapshot / name).is_file()}
     return Repo(files, lfs_sizes=sizes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``hack/hub_server.py --port P --cache DIR``: serve a Hugging Face cache folder until SIGTERM."""
+    parser = argparse.ArgumentParser(description="A Hub-shaped server for the models of a Hugging Face cache.")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--cache", type=Path, required=True)
+    args = parser.parse_args(argv)
+    hub = FakeHub(args.port, args.cache)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    hub.start()
+    print(f"serving {args.cache} on {hub.endpoint}", flush=True)
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    stop.wait()
+    hub.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

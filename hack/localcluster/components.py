@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from . import vllm_cpu
 from .api import Api, http_ok
 from .binaries import BINARIES
 from .kubelet import cleanup_host
@@ -332,6 +333,15 @@ COMPONENTS: tuple[Component, ...] = (
         optional=True,
         after_stop=cleanup_host,
         stop_grace_seconds=60.0,  # it stops its pods' containers first, each within its grace period
+    ),
+    Component(
+        "hub",
+        "hub",
+        lambda c: [str(HACK_DIR / "hub_server.py"), f"--port={c.ports['hub']}", f"--cache={vllm_cpu.models_cache()}"],
+        lambda c: http_ok(f"{c.hub_url}/healthz"),
+        ports=("hub",),
+        system_binary=Path(sys.executable).resolve(),
+        optional=True,
     ),
     Component(
         "kube-state-metrics",

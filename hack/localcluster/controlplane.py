@@ -136,6 +136,8 @@ def env() -> None:
         print(f"export LLM_AUTOPILOT_VLLM_TARGETS_DIR={cluster.vllm_targets_dir}")
         print(f"export LLM_AUTOPILOT_EXTRA_TARGETS_DIR={cluster.extra_targets_dir}")
         print(f"export LLM_AUTOPILOT_PROMETHEUS_RULES_DIR={cluster.prometheus_rules_dir}")
+    if "hub" not in cluster.disabled:
+        print(f"export LLM_AUTOPILOT_LOCAL_HUB={cluster.hub_url}")
 
 
 def stop_one(name: str) -> None:

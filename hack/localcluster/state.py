@@ -23,6 +23,7 @@ PORT_OFFSETS: dict[str, int] = {
     "kube-state-metrics": 81,
     "kube-state-metrics-telemetry": 82,
     "prometheus": 90,
+    "hub": 91,  # a Hub-shaped server for the tiny models (hack/hub_server.py)
 }
 
 SERVICE_CIDR = "10.0.0.0/24"
@@ -114,6 +115,11 @@ class Cluster:
     def prometheus_rules_dir(self) -> Path:
         """Prometheus rule files (``*.yaml``), loaded at start and on ``POST <url>/-/reload``."""
         return self.prometheus_dir / "rules"
+
+    @property
+    def hub_url(self) -> str:
+        """The local Hub-shaped server: point HF_ENDPOINT here to resolve the tiny models' ids."""
+        return f"http://127.0.0.1:{self.ports['hub']}"
 
     @property
     def prometheus_url(self) -> str:
