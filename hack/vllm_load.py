@@ -12,12 +12,14 @@ their length; ``ignore_eos`` makes every request generate ``max_tokens``. Used b
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.client
 import json
 import random
+import socket
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass, field
 
 
@@ -33,7 +35,8 @@ class Load:
 
     def __init__(self, url: str, model: str, *, clients: int, prompt_tokens: int, max_tokens: int,
                  vocab: int = 500, timeout: float = 600.0, seed: int = 0) -> None:
-        self.url = url.rstrip("/") + "/v1/completions"
+        parsed = urllib.parse.urlsplit(url)
+        self.host, self.port = parsed.hostname or "127.0.0.1", parsed.port or 80
         self.model, self.clients = model, clients
         self.prompt_tokens, self.max_tokens, self.vocab, self.timeout = prompt_tokens, max_tokens, vocab, timeout
         self.result = LoadResult()
@@ -41,6 +44,7 @@ class Load:
         self._lock = threading.Lock()
         self._random = random.Random(seed)
         self._threads: list[threading.Thread] = []
+        self._connections: set[http.client.HTTPConnection] = set()
 
     def _prompt(self) -> list[int]:
         with self._lock:  # distinct prompts: no prefix-cache hits make the load lighter than it looks
@@ -49,19 +53,28 @@ class Load:
     def _client(self) -> None:
         while not self._stop.is_set():
             body = json.dumps({"model": self.model, "prompt": self._prompt(), "max_tokens": self.max_tokens,
-                               "ignore_eos": True, "temperature": 1.0}).encode()
-            request = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
+                               "ignore_eos": True, "temperature": 1.0})
+            connection = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            with self._lock:
+                self._connections.add(connection)
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                    response.read()
+                connection.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+                response = connection.getresponse()
+                response.read()
+                ok = 200 <= response.status < 300
                 with self._lock:
-                    self.result.completed += 1
-            except (urllib.error.URLError, OSError) as exc:
+                    self.result.completed += ok
+                    self.result.failed += not ok
+            except OSError as exc:
                 with self._lock:
                     self.result.failed += 1
                     if len(self.result.errors) < 10:
                         self.result.errors.append(str(exc)[:200])
                 self._stop.wait(1.0)  # the server is restarting or gone: do not spin
+            finally:
+                with self._lock:
+                    self._connections.discard(connection)
+                connection.close()
 
     def start(self) -> Load:
         for i in range(self.clients):
@@ -71,8 +84,17 @@ class Load:
         return self
 
     def stop(self) -> LoadResult:
-        """Stop sending; requests in flight are abandoned (their threads are daemons)."""
+        """Stop sending and hang up on the requests in flight: vLLM aborts a request whose client is gone,
+        so the load ends here rather than when the last long request would have finished."""
         self._stop.set()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            if connection.sock is not None:
+                with contextlib.suppress(OSError):
+                    connection.sock.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join(timeout=5)
         return self.result
 
     def __enter__(self) -> Load:
