@@ -105,6 +105,9 @@ class Kubelet:
             "`python3 hack/cluster.py vllm install`")
         base = vllm_cpu.offline_env({"HOME": os.environ.get("HOME", "/root")})
         base["HF_HUB_CACHE"] = str(vllm_cpu.models_cache())
+        # a node-wide torch.compile cache (as a hostPath cache would be): a pod's HOME is its own emptyDir, and
+        # compiling anew costs every start a minute on these machines
+        base["VLLM_CACHE_ROOT"] = str(vllm_cpu.compile_cache())
         return Environment(path=f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", base_env=base,
                            extra_args=self._stand_ins, image_problem=problem)
 

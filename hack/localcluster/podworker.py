@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import ipaddress
+import shutil
 import threading
 import time
 import urllib.error
@@ -30,6 +31,7 @@ from .crilog import rfc3339_nano, termination_message
 from .memcg import MemoryCgroup
 from .podnet import PodNetwork
 
+SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 INITIAL_BACKOFF = 10.0
 MAX_BACKOFF = 300.0
 TICK = 0.5
@@ -224,7 +226,7 @@ class PodWorker(threading.Thread):
             c.oom_kills_before = 0
             c.instance = runtime.start(network=self.network, cgroup=cgroup, memory_limit_bytes=limit, argv=argv,
                                        env=env, path=self.kubelet.environment.path, workdir=self.dir / "workdir",
-                                       log_path=self.log_path(c.name, c.restart_count))
+                                       log_path=self.log_path(c.name, c.restart_count), mounts=self._mounts(c))
         except runtime.StartError as exc:
             c.waiting = (exc.reason, exc.message)
             c.restart_at = time.monotonic() + INITIAL_BACKOFF
@@ -236,6 +238,26 @@ class PodWorker(threading.Thread):
                 probe.failures = probe.successes = 0
                 probe.next_at = time.monotonic() + float(probe.spec.get("initialDelaySeconds", 0))
         self.kubelet.event(self.pod, "Normal", "Started", f"Started container {c.name}")
+
+    def _mounts(self, c: Container) -> tuple[runtime.Mount, ...]:
+        """The container's volume mounts; the process kubelet has emptyDir volumes only."""
+        volumes = {v["name"]: v for v in self.pod["spec"].get("volumes") or []}
+        mounts = []
+        for mount in c.spec.get("volumeMounts") or []:
+            volume = volumes.get(mount["name"]) or {}
+            if "projected" in volume and mount.get("mountPath") == SERVICE_ACCOUNT_MOUNT:
+                continue  # the admission-injected token: nothing here talks to the API server from a pod
+            if "emptyDir" not in volume:
+                kind = next((k for k in volume if k != "name"), "missing")
+                raise runtime.StartError("CreateContainerConfigError",
+                                         f"volume {mount['name']!r} ({kind}): the process kubelet mounts emptyDir "
+                                         "volumes only")
+            empty_dir = volume["emptyDir"] or {}
+            memory = empty_dir.get("medium") == "Memory"
+            mounts.append(runtime.Mount(
+                target=mount["mountPath"], source=None if memory else self.dir / "volumes" / mount["name"],
+                size_bytes=quantity_bytes(empty_dir.get("sizeLimit")), read_only=bool(mount.get("readOnly"))))
+        return tuple(mounts)
 
     def _env(self, c: Container) -> dict[str, str]:
         env = dict(self.kubelet.environment.base_env)
@@ -351,6 +373,7 @@ class PodWorker(threading.Thread):
                 c.instance = None
         self.kubelet.forget_targets(self)
         self.network.teardown()
+        shutil.rmtree(self.dir, ignore_errors=True)  # logs and emptyDir volumes go with the pod
 
     # --- status ----------------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import datetime
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,28 @@ from .podnet import PodNetwork
 
 #: moves the shell into the container's cgroup, then becomes the container's command (same PID)
 _ENTER_CGROUP = 'echo $$ > "$0" && exec "$@"'
+
+
+@dataclasses.dataclass(frozen=True)
+class Mount:
+    """An emptyDir volume mount: a per-pod folder bound at ``target``, or a tmpfs (``medium: Memory``)."""
+
+    target: str
+    source: Path | None = None  # None: a tmpfs
+    size_bytes: int | None = None
+    read_only: bool = False
+
+    def shell(self) -> str:
+        target = shlex.quote(self.target)
+        if self.source is None:
+            size = f",size={self.size_bytes}" if self.size_bytes else ""
+            command = f"mount -t tmpfs -o mode=1777{size} tmpfs {target}"
+        else:
+            command = f"mount --bind {shlex.quote(str(self.source))} {target}"
+        if self.read_only:
+            command += f" && mount -o remount,bind,ro {target}"
+        # the mount point must exist; created on the host as an empty folder (the mount itself is private)
+        return f"mkdir -p {target} && {command}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,15 +93,22 @@ def resolve(executable: str, path: str) -> str | None:
 
 
 def start(*, network: PodNetwork, cgroup: MemoryCgroup, memory_limit_bytes: int | None, argv: list[str],
-          env: dict[str, str], path: str, workdir: Path, log_path: Path) -> Instance:
+          env: dict[str, str], path: str, workdir: Path, log_path: Path, mounts: tuple[Mount, ...] = ()) -> Instance:
     executable = resolve(argv[0], path) if argv else None
     if executable is None:
         raise StartError("CreateContainerError", f'executable "{argv[0] if argv else ""}" not found in $PATH ({path})')
     cgroup.create(memory_limit_bytes)
     workdir.mkdir(parents=True, exist_ok=True)
     log = LogWriter(log_path)
-    # into the cgroup first: `ip netns exec` mounts the namespace's own /sys, which hides the cgroup tree
-    command = ["/bin/sh", "-c", _ENTER_CGROUP, str(cgroup.procs_file), *network.exec_prefix(), executable, *argv[1:]]
+    for mount in mounts:
+        if mount.source is not None:
+            mount.source.mkdir(parents=True, exist_ok=True)
+    # into the cgroup first: `ip netns exec` mounts the namespace's own /sys, which hides the cgroup tree;
+    # then a private mount namespace for the volumes, then the pod's network namespace
+    volumes = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+               " && ".join([*(m.shell() for m in mounts), 'exec "$@"']), "volumes"] if mounts else []
+    command = ["/bin/sh", "-c", _ENTER_CGROUP, str(cgroup.procs_file), *volumes, *network.exec_prefix(),
+               executable, *argv[1:]]
     process = subprocess.Popen(command, env={**env, "PATH": path}, cwd=workdir, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     assert process.stdout is not None and process.stderr is not None

@@ -50,6 +50,11 @@ def models_cache() -> Path:
     return cache_root() / "vllm" / "models"
 
 
+def compile_cache() -> Path:
+    """vLLM's own cache (torch.compile artefacts), shared by the vLLM processes of the local cluster."""
+    return cache_root() / "vllm" / "compile-cache"
+
+
 def make_models(names: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Make the tiny models (``hack/tiny_models.py``, in vLLM's environment; once) and describe them."""
     if not installed():
