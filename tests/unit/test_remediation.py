@@ -1,4 +1,4 @@
-"""Remediation's pure core: classification of real vLLM messages, the ladder, the guards, evidence."""
+"""Remediation's pure core: classification of real vLLM messages and logs, the ladder, the guards, evidence."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from llm_autopilot.remediation.classify import Classification, Signal, classify_
 from llm_autopilot.remediation.evidence import apply_overrides, latest_crash
 from llm_autopilot.remediation.guards import Policy, State, Verdict, backoff_after_signal, decide
 from llm_autopilot.remediation.ladder import Overrides, Running, candidates
+from llm_autopilot.remediation.text import clean_line
+from tests.unit.vllm_logs import LAST_LINE, cpu_kv_capacity_log, termination_message
 
 V033_KV = ("ValueError: To serve at least one request with the model's max seq len (131072), (16.0 GiB KV cache is "
            "needed, which is larger than the available KV cache memory (9.84 GiB). Based on the available memory, "
@@ -50,6 +52,59 @@ def test_classification_of_real_messages(reason: str, code: int, message: str, s
     c = classify_termination(reason, code, message)
     assert c.signal is signal and c.reported_max_len == n
     assert c.evidence["exitCode"] == str(code)
+
+
+def test_only_vllms_own_line_and_its_last_estimate_count() -> None:
+    """D4: a logged prompt saying "estimated maximum model length is 300" does not steer the cut."""
+    text = ("prompt: estimated maximum model length is 300\n4.5 GiB KV cache is needed, which is larger than the "
+            "available KV cache memory (3 GiB). Based on the available memory, the estimated maximum model length "
+            "is 30000.")
+    assert classify_termination("Error", 1, text).reported_max_len == 30000
+    # the estimate must be on the same line as vLLM's "KV cache is needed" sentence
+    apart = ("(0.5 GiB KV cache is needed, which is larger than the available KV cache memory (0.1 GiB).\n"
+             "user said: the estimated maximum model length is 5")
+    c = classify_termination("Error", 1, apart)
+    assert c.signal is Signal.KV_CAPACITY and c.reported_max_len is None
+    # two error lines (vLLM logs the exception, then the process prints it again): the last one counts
+    twice = f"{V019_KV.replace('23824', '20000')}\n{V019_KV}"
+    assert classify_termination("Error", 1, twice).reported_max_len == 23824
+
+
+def test_evidence_is_vllms_line_without_control_characters_or_secrets() -> None:
+    """D16: what lands in the status is the matched line, cleaned, redacted and bounded."""
+    hostile = ("INFO noise \x1b[31mred\x1b[0m\n"
+               "torch.OutOfMemoryError: CUDA out of memory. HF_TOKEN=hf_leakedTOKEN123 key sk-proj-abcdef123 "
+               "Authorization: Bearer eyJhbGciOi.x-y_z \x1b]0;pwned\x07\x07\x00\u202etxt.exe\u2066\r\x9b"
+               + "x" * 600 + "\nlater line")
+    c = classify_termination("Error", 1, hostile)
+    message = c.evidence["message"]
+    assert c.signal is Signal.CUDA_OOM_RUNTIME and message.startswith("torch.OutOfMemoryError")
+    assert "INFO noise" not in message and "later line" not in message  # only vLLM's line
+    for forbidden in ("\x1b", "\x07", "\x00", "\u202e", "\u2066", "\r", "\x9b", "pwned", "hf_leaked",
+                      "sk-proj-abcdef123", "eyJhbGciOi"):
+        assert forbidden not in message, forbidden
+    assert "hf_[redacted]" in message and "sk-[redacted]" in message and "Bearer [redacted]" in message
+    assert len(message) <= 400 and message.endswith("…")
+    assert clean_line("a\u202eb\u2069c\u200fd") == "abcd"
+
+
+def test_the_kubelets_tail_of_a_real_log_misses_the_root_cause_the_previous_log_has() -> None:
+    """Issue #9: the root cause sits above the API server's traceback, beyond the 2 KiB termination message."""
+    log = cpu_kv_capacity_log()
+    tail = termination_message(log)
+    assert len(tail.encode()) <= 2048 and tail.endswith(LAST_LINE) and "estimated maximum model length" not in tail
+    assert classify_termination("Error", 1, tail).signal is Signal.OTHER_CRASH  # no KV signal from the tail alone
+    c = classify_termination("Error", 1, log, source="previous container log")
+    assert c.signal is Signal.KV_CAPACITY and c.reported_max_len == 8064
+    assert c.evidence["source"] == "previous container log" and "8064" in c.evidence["message"]
+    assert c.evidence["message"].startswith("(EngineCore_DP0 pid=214) ValueError: To serve at least one request")
+
+
+def test_cuda_oom_after_the_server_started_is_under_load_even_in_a_whole_log() -> None:
+    startup = "INFO Loading model weights took 15.2 GiB\nINFO [load_model] done\n"
+    served = startup + "INFO:     Application startup complete.\n" + CUDA_RUNTIME
+    assert classify_termination("Error", 1, served).signal is Signal.CUDA_OOM_RUNTIME
+    assert classify_termination("Error", 1, startup + CUDA_RUNTIME).signal is Signal.CUDA_OOM_STARTUP
 
 
 def test_kv_capacity_without_the_estimate_sentence_is_still_kv() -> None:
