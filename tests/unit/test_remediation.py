@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Targets
 from llm_autopilot.remediation.classify import Classification, Signal, classify_termination
 from llm_autopilot.remediation.evidence import apply_overrides, latest_crash
 from llm_autopilot.remediation.guards import Policy, State, Verdict, backoff_after_signal, decide
-from llm_autopilot.remediation.ladder import Overrides, Running, candidates
+from llm_autopilot.remediation.ladder import Overrides, Running, candidates, max_model_len_floor
 from llm_autopilot.remediation.text import clean_line
 from tests.unit.vllm_logs import LAST_LINE, cpu_kv_capacity_log, termination_message
+
+EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "300"))
 
 V033_KV = ("ValueError: To serve at least one request with the model's max seq len (131072), (16.0 GiB KV cache is "
            "needed, which is larger than the available KV cache memory (9.84 GiB). Based on the available memory, "
@@ -150,6 +156,66 @@ def test_ladder_orders() -> None:
     assert actions(Signal.OTHER_CRASH, running()) == [] and actions(Signal.ENGINE_DIED, running()) == []
 
 
+def test_floors_hold_exactly_rounding_toward_safety() -> None:
+    """D17: the review's case -- seqs floor 900, gpu-utilization floor 0.7049."""
+    r = running(max_model_len=32768, max_num_batched_tokens=1024, max_num_seqs=1024, gpu_memory_utilization=0.72,
+                max_gpus=1, max_replicas=1, floor_max_model_len=1, floor_gpu_memory_utilization=0.7049,
+                floor_max_num_seqs=900, floor_max_num_batched_tokens=512)
+    found = [(c.overrides.max_num_batched_tokens, c.overrides.max_num_seqs, c.overrides.gpu_memory_utilization)
+             for c in candidates(classify_for(Signal.CUDA_OOM_STARTUP), r, Overrides())]
+    assert found == [(900, 900, None), (None, None, None), (None, None, 0.71)]
+    assert actions(Signal.CUDA_OOM_STARTUP, running(gpu_memory_utilization=0.71, floor_gpu_memory_utilization=0.7049,
+                                                    max_num_batched_tokens=512, enforce_eager=True)) == []
+
+
+@st.composite
+def ladders(draw: st.DrawFn) -> tuple[Signal, Running, int | None]:
+    floor_seqs = draw(st.integers(1, 1024))
+    floor_tokens = draw(st.integers(1, 8192))
+    floor_len = draw(st.integers(1, 65536))
+    r = running(
+        max_model_len=draw(st.integers(floor_len, 131072)),
+        max_num_batched_tokens=draw(st.integers(max(floor_tokens, 1), 32768)),
+        max_num_seqs=draw(st.integers(1, 2048)),
+        enforce_eager=draw(st.booleans()),
+        gpu_memory_utilization=draw(st.floats(0.5, 0.98)),
+        fp8_kv_cache=draw(st.booleans()), fp8_kv_allowed=draw(st.booleans()),
+        gpus=draw(st.sampled_from([1, 2, 4, 8])), max_gpus=draw(st.sampled_from([1, 2, 4, 8, 16])),
+        replicas=draw(st.integers(1, 8)), max_replicas=draw(st.integers(1, 10)),
+        memory_limit_gib=draw(st.floats(1, 512)), node_memory_gib=draw(st.floats(1, 2048)),
+        floor_max_model_len=floor_len, floor_gpu_memory_utilization=draw(st.floats(0.3, 0.95)),
+        floor_max_num_seqs=floor_seqs, floor_max_num_batched_tokens=floor_tokens)
+    signal = draw(st.sampled_from([s for s in Signal if s.is_memory]))
+    reported = draw(st.none() | st.integers(0, 200000))
+    return signal, r, reported
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(ladders())
+def test_every_candidate_respects_every_floor_and_limit(case: tuple[Signal, Running, int | None]) -> None:
+    signal, r, reported = case
+    for c in candidates(classify_for(signal, reported), r, Overrides()):
+        o = c.overrides
+        if o.max_model_len is not None:
+            assert o.max_model_len >= r.floor_max_model_len
+        if o.max_num_seqs is not None:
+            assert o.max_num_seqs >= min(r.max_num_seqs, r.floor_max_num_seqs) and o.max_num_seqs >= 1
+            assert o.max_num_seqs <= r.max_num_seqs
+        if o.max_num_batched_tokens is not None:
+            assert o.max_num_batched_tokens >= r.floor_max_num_batched_tokens
+            assert o.max_num_batched_tokens >= (o.max_num_seqs or 1)  # vLLM: tokens >= seqs
+        if o.gpu_memory_utilization is not None:
+            assert o.gpu_memory_utilization >= r.floor_gpu_memory_utilization
+            assert o.gpu_memory_utilization < r.gpu_memory_utilization
+            assert round(o.gpu_memory_utilization, 2) == o.gpu_memory_utilization
+        if o.min_gpus is not None:
+            assert o.min_gpus <= r.max_gpus
+        if o.replicas is not None:
+            assert o.replicas <= r.max_replicas
+        if o.memory_limit_gib is not None:
+            assert r.memory_limit_gib < o.memory_limit_gib <= r.node_memory_gib
+
+
 def test_ladder_respects_floors_and_limits() -> None:
     at_floor = running(max_model_len=8192, fp8_kv_cache=True, gpus=8, max_num_batched_tokens=512, max_num_seqs=8,
                        enforce_eager=True, gpu_memory_utilization=0.7, replicas=3, memory_limit_gib=192.0)
@@ -178,6 +244,26 @@ def test_overrides_only_tighten_the_targets() -> None:
     assert (t.max_model_len, t.min_max_model_len) == (12000, 12000)
     assert t.allowed_kv_cache_dtypes == (KVCacheDtype.FP8,) and t.min_gpus == 2 and t.max_num_seqs == 64
     assert apply_overrides(t, Overrides()) == t
+
+
+@pytest.mark.parametrize(("floors", "serving", "model_max", "floor"), [
+    ({"floor": 4096}, {"serving_min": 8192, "serving_max": 32768}, 40960, 4096),
+    ({"floor": None}, {"serving_min": 8192, "serving_max": 32768}, 40960, 8192),
+    ({"floor": None}, {"serving_min": None, "serving_max": 32768}, 40960, 32768),  # maxModelLen when set
+    ({"floor": None}, {"serving_min": None, "serving_max": None}, 40960, 8192),  # min(8192, model max)
+    ({"floor": None}, {"serving_min": None, "serving_max": None}, 4096, 4096),
+])
+def test_the_max_model_len_floor_is_the_documented_one_never_1(floors: dict[str, int | None],
+                                                                serving: dict[str, int | None], model_max: int,
+                                                                floor: int) -> None:
+    assert max_model_len_floor(**floors, **serving, model_max=model_max) == floor
+
+
+def test_at_the_floor_the_kv_capacity_ladder_does_not_cut_the_context() -> None:
+    at_floor = running(max_model_len=32768, floor_max_model_len=32768, fp8_kv_allowed=False, max_gpus=1)
+    assert actions(Signal.KV_CAPACITY, at_floor, 1) == []  # exhausted, not "max_model_len 32768 -> 1"
+    c = candidates(classify_for(Signal.KV_CAPACITY, 1), running(floor_max_model_len=32768), Overrides())
+    assert [x.overrides.max_model_len for x in c] == [32768, 32768]  # later rungs keep the floor too
 
 
 POLICY = Policy(enabled=True, cooldown_seconds=600, max_steps=3, stable_window_seconds=3600)
