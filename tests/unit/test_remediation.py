@@ -1,4 +1,5 @@
-"""Remediation's pure core: classification of real vLLM messages and logs, the ladder, the guards, evidence."""
+"""Remediation's pure core: classification of real vLLM messages and logs, the ladder and its floors, the
+guards, evidence."""
 
 from __future__ import annotations
 
@@ -11,7 +12,14 @@ from hypothesis import strategies as st
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Targets
 from llm_autopilot.remediation.classify import Classification, Signal, classify_termination
-from llm_autopilot.remediation.evidence import apply_overrides, latest_crash
+from llm_autopilot.remediation.evidence import (
+    LogRead,
+    Termination,
+    apply_overrides,
+    classify_crash,
+    latest_crash,
+    rollout_complete,
+)
 from llm_autopilot.remediation.guards import Policy, State, Verdict, backoff_after_signal, decide
 from llm_autopilot.remediation.ladder import Overrides, Running, candidates, max_model_len_floor
 from llm_autopilot.remediation.text import clean_line
@@ -100,10 +108,25 @@ def test_the_kubelets_tail_of_a_real_log_misses_the_root_cause_the_previous_log_
     tail = termination_message(log)
     assert len(tail.encode()) <= 2048 and tail.endswith(LAST_LINE) and "estimated maximum model length" not in tail
     assert classify_termination("Error", 1, tail).signal is Signal.OTHER_CRASH  # no KV signal from the tail alone
-    c = classify_termination("Error", 1, log, source="previous container log")
+    t = Termination("qwen-1", 3, "Error", 1, tail, "2026-12-01T10:00:59Z")
+    crash = classify_crash(t, LogRead(text=log))
+    c = crash.classification
     assert c.signal is Signal.KV_CAPACITY and c.reported_max_len == 8064
-    assert c.evidence["source"] == "previous container log" and "8064" in c.evidence["message"]
+    assert c.evidence["source"].startswith("previous container log") and "8064" in c.evidence["message"]
     assert c.evidence["message"].startswith("(EngineCore_DP0 pid=214) ValueError: To serve at least one request")
+    # when the log cannot be read, the termination message is used, and the evidence says why
+    fallback = classify_crash(t, LogRead(unavailable="403 Forbidden: pods \"qwen-1\" is forbidden")).classification
+    assert fallback.signal is Signal.OTHER_CRASH
+    assert "termination message" in fallback.evidence["source"] and "403 Forbidden" in fallback.evidence["source"]
+    empty = classify_crash(t, LogRead(text="  \n")).classification
+    assert "the previous log is empty" in empty.evidence["source"]
+
+
+def test_a_log_that_misses_what_the_termination_message_shows_does_not_hide_it() -> None:
+    t = Termination("p", 1, "Error", 1, V033_KV, "2026-12-01T10:00:59Z")
+    c = classify_crash(t, LogRead(text="INFO another instance's log\nRuntimeError: boom")).classification
+    assert c.signal is Signal.KV_CAPACITY and c.reported_max_len == 80608
+    assert "the previous log showed no memory failure" in c.evidence["source"]
 
 
 def test_cuda_oom_after_the_server_started_is_under_load_even_in_a_whole_log() -> None:
@@ -240,10 +263,11 @@ def test_overrides_round_trip_through_the_status() -> None:
 
 def test_overrides_only_tighten_the_targets() -> None:
     t = apply_overrides(Targets(max_model_len=32768, min_max_model_len=16384), Overrides(
-        max_model_len=12000, fp8_kv_cache=True, min_gpus=2, max_num_seqs=64, gpu_memory_utilization=0.85))
+        max_model_len=12000, fp8_kv_cache=True, min_gpus=2, max_num_seqs=64, gpu_memory_utilization=0.85),
+        floor_max_model_len=8192)
     assert (t.max_model_len, t.min_max_model_len) == (12000, 12000)
     assert t.allowed_kv_cache_dtypes == (KVCacheDtype.FP8,) and t.min_gpus == 2 and t.max_num_seqs == 64
-    assert apply_overrides(t, Overrides()) == t
+    assert apply_overrides(t, Overrides(), floor_max_model_len=8192) == t
 
 
 @pytest.mark.parametrize(("floors", "serving", "model_max", "floor"), [
@@ -257,6 +281,16 @@ def test_the_max_model_len_floor_is_the_documented_one_never_1(floors: dict[str,
                                                                 serving: dict[str, int | None], model_max: int,
                                                                 floor: int) -> None:
     assert max_model_len_floor(**floors, **serving, model_max=model_max) == floor
+
+
+def test_a_reported_length_never_lowers_the_planners_minimum_below_the_floor() -> None:
+    """D3: a crafted or tiny "estimated maximum model length is 1" cannot take the service to one token."""
+    t = apply_overrides(Targets(max_model_len=32768), Overrides(max_model_len=1), floor_max_model_len=32768)
+    assert (t.max_model_len, t.min_max_model_len) == (32768, 32768)
+    t = apply_overrides(Targets(), Overrides(max_model_len=1), floor_max_model_len=8192)
+    assert (t.max_model_len, t.min_max_model_len) == (8192, 8192)
+    t = apply_overrides(Targets(min_max_model_len=4096), Overrides(max_model_len=22272), floor_max_model_len=4096)
+    assert (t.max_model_len, t.min_max_model_len) == (22272, 4096)
 
 
 def test_at_the_floor_the_kv_capacity_ladder_does_not_cut_the_context() -> None:
@@ -314,4 +348,19 @@ def test_latest_crash_ignores_pods_of_older_plans_and_picks_the_newest() -> None
     found = latest_crash([old, early, late, healthy], container="vllm", plan_hash="new", plan_hash_annotation="h")
     assert found is not None and found.pod == "c" and found.classification.signal is Signal.HOST_OOM
     assert found.key == "c/3/2026-01-01T00:00:05Z" and found.classification.evidence["pod"] == "c"
+    assert found.classification.evidence["source"] == "pod status (lastState.terminated)"
     assert latest_crash([old, healthy], container="vllm", plan_hash="new", plan_hash_annotation="h") is None
+
+
+@pytest.mark.parametrize(("template_hash", "status", "generation", "complete"), [
+    ("new", {"updatedReplicas": 2, "observedGeneration": 3}, 3, True),
+    ("old", {"updatedReplicas": 2, "observedGeneration": 3}, 3, False),  # the current plan is not applied yet
+    ("new", {"updatedReplicas": 1, "observedGeneration": 3}, 3, False),
+    ("new", {"updatedReplicas": 2, "observedGeneration": 2}, 3, False),
+])
+def test_rollout_complete_means_the_current_plan_on_every_replica(template_hash: str, status: dict[str, int],
+                                                                   generation: int, complete: bool) -> None:
+    deployment = {"metadata": {"generation": generation}, "status": status,
+                  "spec": {"template": {"metadata": {"annotations": {"h": template_hash}}}}}
+    assert rollout_complete(deployment, plan_hash="new", plan_hash_annotation="h", replicas=2) is complete
+    assert rollout_complete(None, plan_hash="new", plan_hash_annotation="h", replicas=2) is False
