@@ -14,6 +14,7 @@ from llm_autopilot.remediation.decide import Decision, Evidence, Metrics, Probe,
 from llm_autopilot.remediation.evidence import Termination, classify_crash
 from llm_autopilot.remediation.ladder import Overrides, Running
 from llm_autopilot.remediation.state import RemediationState
+from tests.unit.test_layering import PACKAGE, SHELLS, _imports
 from tests.unit.test_remediation import CUDA_RUNTIME, CUDA_STARTUP, V033_KV, running
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
@@ -194,3 +195,15 @@ def test_candidates_that_do_not_plan_or_change_nothing_are_skipped_in_order() ->
 def test_a_relax_whose_rung_no_longer_plans_stays() -> None:
     d = run(Case(Evidence(), state=stepped(1), fits=False))
     assert not d.changed and d.state.rung == 1 and not d.events
+
+
+def test_the_remediation_package_is_pure() -> None:
+    """The decision and everything it uses import no shell or I/O library, only the layers below."""
+    allowed = {"domain", "catalog", "vllm", "planner", "api", "remediation"}
+    files = sorted((PACKAGE / "remediation").glob("*.py"))
+    assert {p.name for p in files} >= {"decide.py", "state.py", "saturation.py", "text.py", "classify.py"}
+    for path in files:
+        for name in _imports(path):
+            assert not name.startswith(SHELLS), f"{path.name} imports shell {name}"
+            if name.startswith("llm_autopilot."):
+                assert name.split(".")[1] in allowed, f"{path.name} imports {name}"
