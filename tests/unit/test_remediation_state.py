@@ -138,6 +138,7 @@ def test_malformed_entries_are_dropped_not_fatal() -> None:
 
 def test_effective_replicas_is_the_last_override_clamped_else_the_spec() -> None:
     assert effective_replicas({"applied": [{"replicas": 3}, {"replicas": 2}]}, 1, 3) == 2
+    assert effective_replicas({"applied": [{"replicas": 5000}]}, 1, 10**6) == 1000  # the status schema's bound
     assert effective_replicas({"applied": [{"replicas": 50}]}, 1, 3) == 3
     assert effective_replicas({"applied": [{"memoryLimitGiB": 54}]}, 4, None) == 4
     assert effective_replicas(None, 2, None) == 2 and effective_replicas({"applied": "x"}, 2, None) == 2

@@ -34,7 +34,7 @@ from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, group_
 from llm_autopilot.remediation.decide import METRICS_AVAILABLE, Decision, Probe, decide
 from llm_autopilot.remediation.evidence import apply_overrides
 from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_floor
-from llm_autopilot.remediation.state import Limits, RemediationState, effective_replicas
+from llm_autopilot.remediation.state import MAX_REPLICAS, Limits, RemediationState, effective_replicas
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render.kubernetes import (
     PLAN_HASH,
@@ -242,7 +242,8 @@ def _running(r: Rendered, ctx: Context) -> Running:
         fp8_kv_cache=c.kv_cache_dtype is KVCacheDtype.FP8, gpus=c.num_gpus, replicas=replicas,
         memory_limit_gib=memory_limit_gib(r.inputs),
         fp8_kv_allowed="fp8" in spec.serving.allowed_kv_cache_dtypes,
-        max_gpus=min(spec.gpu.max_gpus, pool_max), max_replicas=spec.remediation.max_replicas or spec.replicas,
+        max_gpus=min(spec.gpu.max_gpus, pool_max),
+        max_replicas=min(spec.remediation.max_replicas or spec.replicas, MAX_REPLICAS),
         node_memory_gib=ctx.node_memory_gib or memory_limit_gib(r.inputs),
         floor_max_model_len=ctx.floor_max_model_len,
         floor_gpu_memory_utilization=floors.min_gpu_memory_utilization,

@@ -25,6 +25,8 @@ from llm_autopilot.remediation.guards import MAX_RELAX_BACKOFF
 from llm_autopilot.remediation.ladder import Overrides
 
 HISTORY_LIMIT = 20
+#: spec.replicas' own bound (and the status schema's)
+MAX_REPLICAS = 1000
 #: a peer's clock may run this far ahead without a warning (the stamp is still clamped to now)
 CLOCK_SKEW = timedelta(seconds=60)
 
@@ -57,7 +59,7 @@ def _integer(value: Any) -> int | None:
 
 
 def replicas_bound(spec_replicas: int, max_replicas: int | None) -> int:
-    return max(spec_replicas, max_replicas or 0)
+    return min(max(spec_replicas, max_replicas or 0), MAX_REPLICAS)
 
 
 def clamp_replicas(value: Any, spec_replicas: int, max_replicas: int | None) -> int | None:
