@@ -116,10 +116,6 @@ class Kube:
         resource.server_side_apply(body=obj, name=meta["name"], namespace=meta["namespace"], field_manager=MANAGER,
                                    force_conflicts=True, **({"dry_run": "All"} if dry_run else {}))
 
-    def apply(self, obj: dict[str, Any]) -> bool:
-        """Server-side apply unless the live object already has this input hash. True when it wrote."""
-        return self.apply_all([obj]) == 1
-
     def apply_all(self, objects: list[dict[str, Any]]) -> int:
         """Server-side apply every object whose live copy lacks its input hash; the number written.
 
