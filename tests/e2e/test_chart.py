@@ -78,6 +78,7 @@ NAMESPACED_RULES: list[Rule] = [
     (("",), ("services",), ("get", "create", "patch")),
     (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
     (("",), ("pods",), ("list",)),  # crash evidence
+    (("",), ("pods/log",), ("get",)),  # the previous container's log: vLLM's root cause of a crash
     (("",), ("secrets",), ("get",)),  # Hub token (rbac.readSecrets)
     (("",), ("events",), ("create",)),
 ]

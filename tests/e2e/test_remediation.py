@@ -72,8 +72,10 @@ def test_oomkilled_raises_the_memory_limit(kubectl: Kubectl, operator: Operator,
 
 def test_kv_capacity_error_lowers_max_model_len_to_what_vllm_reported(kubectl: Kubectl, operator: Operator,
                                                                        namespace: str) -> None:
-    # planned at 32768 tokens (fp8 KV); vLLM then reports that only 22416 fit
-    deploy(kubectl, namespace, serving={"maxModelLen": 32768, "allowedKVCacheDtypes": ["auto", "fp8"]})
+    # planned at 32768 tokens (fp8 KV); vLLM then reports that only 22416 fit. minMaxModelLen lets remediation
+    # cut (without it the floor is maxModelLen itself); fp8 only, or the planner would trade length for auto KV.
+    deploy(kubectl, namespace, serving={"maxModelLen": 32768, "minMaxModelLen": 8192,
+                                        "allowedKVCacheDtypes": ["fp8"]})
     assert flag(args_of(kubectl.json("deployment", "qwen", "-n", namespace)), "--max-model-len") == "32768"
     crash(kubectl, namespace, "qwen", "Error", 1, KV_MESSAGE)
 
@@ -88,6 +90,10 @@ def test_kv_capacity_error_lowers_max_model_len_to_what_vllm_reported(kubectl: K
     assert llmd["status"]["plan"]["maxModelLen"] == new_len
     history = llmd["status"]["remediation"]["history"][-1]
     assert history["signal"] == "KVCapacity" and "estimated 22416" in history["message"]
+    assert "estimated maximum model length is 22416" in history["evidence"]["message"]  # vLLM's own line
+    # KWOK's simulated kubelet serves no container logs: the evidence fell back, and says so
+    source = history["evidence"]["source"]
+    assert source.startswith("termination message") and "previous log unavailable" in source, source
     assert llmd["spec"]["serving"]["maxModelLen"] == 32768  # the spec is never written
 
 

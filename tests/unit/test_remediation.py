@@ -1,15 +1,31 @@
-"""Remediation's pure core: classification of real vLLM messages, the ladder, the guards, evidence."""
+"""Remediation's pure core: classification of real vLLM messages and logs, the ladder and its floors, the
+guards, evidence."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Targets
 from llm_autopilot.remediation.classify import Classification, Signal, classify_termination
-from llm_autopilot.remediation.evidence import apply_overrides, latest_crash
+from llm_autopilot.remediation.evidence import (
+    LogRead,
+    Termination,
+    apply_overrides,
+    classify_crash,
+    latest_crash,
+    rollout_complete,
+)
 from llm_autopilot.remediation.guards import Policy, State, Verdict, backoff_after_signal, decide
-from llm_autopilot.remediation.ladder import Overrides, Running, candidates
+from llm_autopilot.remediation.ladder import Overrides, Running, candidates, max_model_len_floor
+from llm_autopilot.remediation.text import clean_line
+from tests.unit.vllm_logs import LAST_LINE, cpu_kv_capacity_log, termination_message
+
+EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "300"))
 
 V033_KV = ("ValueError: To serve at least one request with the model's max seq len (131072), (16.0 GiB KV cache is "
            "needed, which is larger than the available KV cache memory (9.84 GiB). Based on the available memory, "
@@ -50,6 +66,74 @@ def test_classification_of_real_messages(reason: str, code: int, message: str, s
     c = classify_termination(reason, code, message)
     assert c.signal is signal and c.reported_max_len == n
     assert c.evidence["exitCode"] == str(code)
+
+
+def test_only_vllms_own_line_and_its_last_estimate_count() -> None:
+    """D4: a logged prompt saying "estimated maximum model length is 300" does not steer the cut."""
+    text = ("prompt: estimated maximum model length is 300\n4.5 GiB KV cache is needed, which is larger than the "
+            "available KV cache memory (3 GiB). Based on the available memory, the estimated maximum model length "
+            "is 30000.")
+    assert classify_termination("Error", 1, text).reported_max_len == 30000
+    # the estimate must be on the same line as vLLM's "KV cache is needed" sentence
+    apart = ("(0.5 GiB KV cache is needed, which is larger than the available KV cache memory (0.1 GiB).\n"
+             "user said: the estimated maximum model length is 5")
+    c = classify_termination("Error", 1, apart)
+    assert c.signal is Signal.KV_CAPACITY and c.reported_max_len is None
+    # two error lines (vLLM logs the exception, then the process prints it again): the last one counts
+    twice = f"{V019_KV.replace('23824', '20000')}\n{V019_KV}"
+    assert classify_termination("Error", 1, twice).reported_max_len == 23824
+
+
+def test_evidence_is_vllms_line_without_control_characters_or_secrets() -> None:
+    """D16: what lands in the status is the matched line, cleaned, redacted and bounded."""
+    hostile = ("INFO noise \x1b[31mred\x1b[0m\n"
+               "torch.OutOfMemoryError: CUDA out of memory. HF_TOKEN=hf_leakedTOKEN123 key sk-proj-abcdef123 "
+               "Authorization: Bearer eyJhbGciOi.x-y_z \x1b]0;pwned\x07\x07\x00\u202etxt.exe\u2066\r\x9b"
+               + "x" * 600 + "\nlater line")
+    c = classify_termination("Error", 1, hostile)
+    message = c.evidence["message"]
+    assert c.signal is Signal.CUDA_OOM_RUNTIME and message.startswith("torch.OutOfMemoryError")
+    assert "INFO noise" not in message and "later line" not in message  # only vLLM's line
+    for forbidden in ("\x1b", "\x07", "\x00", "\u202e", "\u2066", "\r", "\x9b", "pwned", "hf_leaked",
+                      "sk-proj-abcdef123", "eyJhbGciOi"):
+        assert forbidden not in message, forbidden
+    assert "hf_[redacted]" in message and "sk-[redacted]" in message and "Bearer [redacted]" in message
+    assert len(message) <= 400 and message.endswith("…")
+    assert clean_line("a\u202eb\u2069c\u200fd") == "abcd"
+
+
+def test_the_kubelets_tail_of_a_real_log_misses_the_root_cause_the_previous_log_has() -> None:
+    """Issue #9: the root cause sits above the API server's traceback, beyond the 2 KiB termination message."""
+    log = cpu_kv_capacity_log()
+    tail = termination_message(log)
+    assert len(tail.encode()) <= 2048 and tail.endswith(LAST_LINE) and "estimated maximum model length" not in tail
+    assert classify_termination("Error", 1, tail).signal is Signal.OTHER_CRASH  # no KV signal from the tail alone
+    t = Termination("qwen-1", 3, "Error", 1, tail, "2026-12-01T10:00:59Z")
+    crash = classify_crash(t, LogRead(text=log))
+    c = crash.classification
+    assert c.signal is Signal.KV_CAPACITY and c.reported_max_len == 8064
+    assert c.evidence["source"].startswith("previous container log") and "8064" in c.evidence["message"]
+    assert c.evidence["message"].startswith("(EngineCore_DP0 pid=214) ValueError: To serve at least one request")
+    # when the log cannot be read, the termination message is used, and the evidence says why
+    fallback = classify_crash(t, LogRead(unavailable="403 Forbidden: pods \"qwen-1\" is forbidden")).classification
+    assert fallback.signal is Signal.OTHER_CRASH
+    assert "termination message" in fallback.evidence["source"] and "403 Forbidden" in fallback.evidence["source"]
+    empty = classify_crash(t, LogRead(text="  \n")).classification
+    assert "the previous log is empty" in empty.evidence["source"]
+
+
+def test_a_log_that_misses_what_the_termination_message_shows_does_not_hide_it() -> None:
+    t = Termination("p", 1, "Error", 1, V033_KV, "2026-12-01T10:00:59Z")
+    c = classify_crash(t, LogRead(text="INFO another instance's log\nRuntimeError: boom")).classification
+    assert c.signal is Signal.KV_CAPACITY and c.reported_max_len == 80608
+    assert "the previous log showed no memory failure" in c.evidence["source"]
+
+
+def test_cuda_oom_after_the_server_started_is_under_load_even_in_a_whole_log() -> None:
+    startup = "INFO Loading model weights took 15.2 GiB\nINFO [load_model] done\n"
+    served = startup + "INFO:     Application startup complete.\n" + CUDA_RUNTIME
+    assert classify_termination("Error", 1, served).signal is Signal.CUDA_OOM_RUNTIME
+    assert classify_termination("Error", 1, startup + CUDA_RUNTIME).signal is Signal.CUDA_OOM_STARTUP
 
 
 def test_kv_capacity_without_the_estimate_sentence_is_still_kv() -> None:
@@ -95,6 +179,66 @@ def test_ladder_orders() -> None:
     assert actions(Signal.OTHER_CRASH, running()) == [] and actions(Signal.ENGINE_DIED, running()) == []
 
 
+def test_floors_hold_exactly_rounding_toward_safety() -> None:
+    """D17: the review's case -- seqs floor 900, gpu-utilization floor 0.7049."""
+    r = running(max_model_len=32768, max_num_batched_tokens=1024, max_num_seqs=1024, gpu_memory_utilization=0.72,
+                max_gpus=1, max_replicas=1, floor_max_model_len=1, floor_gpu_memory_utilization=0.7049,
+                floor_max_num_seqs=900, floor_max_num_batched_tokens=512)
+    found = [(c.overrides.max_num_batched_tokens, c.overrides.max_num_seqs, c.overrides.gpu_memory_utilization)
+             for c in candidates(classify_for(Signal.CUDA_OOM_STARTUP), r, Overrides())]
+    assert found == [(900, 900, None), (None, None, None), (None, None, 0.71)]
+    assert actions(Signal.CUDA_OOM_STARTUP, running(gpu_memory_utilization=0.71, floor_gpu_memory_utilization=0.7049,
+                                                    max_num_batched_tokens=512, enforce_eager=True)) == []
+
+
+@st.composite
+def ladders(draw: st.DrawFn) -> tuple[Signal, Running, int | None]:
+    floor_seqs = draw(st.integers(1, 1024))
+    floor_tokens = draw(st.integers(1, 8192))
+    floor_len = draw(st.integers(1, 65536))
+    r = running(
+        max_model_len=draw(st.integers(floor_len, 131072)),
+        max_num_batched_tokens=draw(st.integers(max(floor_tokens, 1), 32768)),
+        max_num_seqs=draw(st.integers(1, 2048)),
+        enforce_eager=draw(st.booleans()),
+        gpu_memory_utilization=draw(st.floats(0.5, 0.98)),
+        fp8_kv_cache=draw(st.booleans()), fp8_kv_allowed=draw(st.booleans()),
+        gpus=draw(st.sampled_from([1, 2, 4, 8])), max_gpus=draw(st.sampled_from([1, 2, 4, 8, 16])),
+        replicas=draw(st.integers(1, 8)), max_replicas=draw(st.integers(1, 10)),
+        memory_limit_gib=draw(st.floats(1, 512)), node_memory_gib=draw(st.floats(1, 2048)),
+        floor_max_model_len=floor_len, floor_gpu_memory_utilization=draw(st.floats(0.3, 0.95)),
+        floor_max_num_seqs=floor_seqs, floor_max_num_batched_tokens=floor_tokens)
+    signal = draw(st.sampled_from([s for s in Signal if s.is_memory]))
+    reported = draw(st.none() | st.integers(0, 200000))
+    return signal, r, reported
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(ladders())
+def test_every_candidate_respects_every_floor_and_limit(case: tuple[Signal, Running, int | None]) -> None:
+    signal, r, reported = case
+    for c in candidates(classify_for(signal, reported), r, Overrides()):
+        o = c.overrides
+        if o.max_model_len is not None:
+            assert o.max_model_len >= r.floor_max_model_len
+        if o.max_num_seqs is not None:
+            assert o.max_num_seqs >= min(r.max_num_seqs, r.floor_max_num_seqs) and o.max_num_seqs >= 1
+            assert o.max_num_seqs <= r.max_num_seqs
+        if o.max_num_batched_tokens is not None:
+            assert o.max_num_batched_tokens >= r.floor_max_num_batched_tokens
+            assert o.max_num_batched_tokens >= (o.max_num_seqs or 1)  # vLLM: tokens >= seqs
+        if o.gpu_memory_utilization is not None:
+            assert o.gpu_memory_utilization >= r.floor_gpu_memory_utilization
+            assert o.gpu_memory_utilization < r.gpu_memory_utilization
+            assert round(o.gpu_memory_utilization, 2) == o.gpu_memory_utilization
+        if o.min_gpus is not None:
+            assert o.min_gpus <= r.max_gpus
+        if o.replicas is not None:
+            assert o.replicas <= r.max_replicas
+        if o.memory_limit_gib is not None:
+            assert r.memory_limit_gib < o.memory_limit_gib <= r.node_memory_gib
+
+
 def test_ladder_respects_floors_and_limits() -> None:
     at_floor = running(max_model_len=8192, fp8_kv_cache=True, gpus=8, max_num_batched_tokens=512, max_num_seqs=8,
                        enforce_eager=True, gpu_memory_utilization=0.7, replicas=3, memory_limit_gib=192.0)
@@ -119,10 +263,41 @@ def test_overrides_round_trip_through_the_status() -> None:
 
 def test_overrides_only_tighten_the_targets() -> None:
     t = apply_overrides(Targets(max_model_len=32768, min_max_model_len=16384), Overrides(
-        max_model_len=12000, fp8_kv_cache=True, min_gpus=2, max_num_seqs=64, gpu_memory_utilization=0.85))
+        max_model_len=12000, fp8_kv_cache=True, min_gpus=2, max_num_seqs=64, gpu_memory_utilization=0.85),
+        floor_max_model_len=8192)
     assert (t.max_model_len, t.min_max_model_len) == (12000, 12000)
     assert t.allowed_kv_cache_dtypes == (KVCacheDtype.FP8,) and t.min_gpus == 2 and t.max_num_seqs == 64
-    assert apply_overrides(t, Overrides()) == t
+    assert apply_overrides(t, Overrides(), floor_max_model_len=8192) == t
+
+
+@pytest.mark.parametrize(("floors", "serving", "model_max", "floor"), [
+    ({"floor": 4096}, {"serving_min": 8192, "serving_max": 32768}, 40960, 4096),
+    ({"floor": None}, {"serving_min": 8192, "serving_max": 32768}, 40960, 8192),
+    ({"floor": None}, {"serving_min": None, "serving_max": 32768}, 40960, 32768),  # maxModelLen when set
+    ({"floor": None}, {"serving_min": None, "serving_max": None}, 40960, 8192),  # min(8192, model max)
+    ({"floor": None}, {"serving_min": None, "serving_max": None}, 4096, 4096),
+])
+def test_the_max_model_len_floor_is_the_documented_one_never_1(floors: dict[str, int | None],
+                                                                serving: dict[str, int | None], model_max: int,
+                                                                floor: int) -> None:
+    assert max_model_len_floor(**floors, **serving, model_max=model_max) == floor
+
+
+def test_a_reported_length_never_lowers_the_planners_minimum_below_the_floor() -> None:
+    """D3: a crafted or tiny "estimated maximum model length is 1" cannot take the service to one token."""
+    t = apply_overrides(Targets(max_model_len=32768), Overrides(max_model_len=1), floor_max_model_len=32768)
+    assert (t.max_model_len, t.min_max_model_len) == (32768, 32768)
+    t = apply_overrides(Targets(), Overrides(max_model_len=1), floor_max_model_len=8192)
+    assert (t.max_model_len, t.min_max_model_len) == (8192, 8192)
+    t = apply_overrides(Targets(min_max_model_len=4096), Overrides(max_model_len=22272), floor_max_model_len=4096)
+    assert (t.max_model_len, t.min_max_model_len) == (22272, 4096)
+
+
+def test_at_the_floor_the_kv_capacity_ladder_does_not_cut_the_context() -> None:
+    at_floor = running(max_model_len=32768, floor_max_model_len=32768, fp8_kv_allowed=False, max_gpus=1)
+    assert actions(Signal.KV_CAPACITY, at_floor, 1) == []  # exhausted, not "max_model_len 32768 -> 1"
+    c = candidates(classify_for(Signal.KV_CAPACITY, 1), running(floor_max_model_len=32768), Overrides())
+    assert [x.overrides.max_model_len for x in c] == [32768, 32768]  # later rungs keep the floor too
 
 
 POLICY = Policy(enabled=True, cooldown_seconds=600, max_steps=3, stable_window_seconds=3600)
@@ -173,4 +348,19 @@ def test_latest_crash_ignores_pods_of_older_plans_and_picks_the_newest() -> None
     found = latest_crash([old, early, late, healthy], container="vllm", plan_hash="new", plan_hash_annotation="h")
     assert found is not None and found.pod == "c" and found.classification.signal is Signal.HOST_OOM
     assert found.key == "c/3/2026-01-01T00:00:05Z" and found.classification.evidence["pod"] == "c"
+    assert found.classification.evidence["source"] == "pod status (lastState.terminated)"
     assert latest_crash([old, healthy], container="vllm", plan_hash="new", plan_hash_annotation="h") is None
+
+
+@pytest.mark.parametrize(("template_hash", "status", "generation", "complete"), [
+    ("new", {"updatedReplicas": 2, "observedGeneration": 3}, 3, True),
+    ("old", {"updatedReplicas": 2, "observedGeneration": 3}, 3, False),  # the current plan is not applied yet
+    ("new", {"updatedReplicas": 1, "observedGeneration": 3}, 3, False),
+    ("new", {"updatedReplicas": 2, "observedGeneration": 2}, 3, False),
+])
+def test_rollout_complete_means_the_current_plan_on_every_replica(template_hash: str, status: dict[str, int],
+                                                                   generation: int, complete: bool) -> None:
+    deployment = {"metadata": {"generation": generation}, "status": status,
+                  "spec": {"template": {"metadata": {"annotations": {"h": template_hash}}}}}
+    assert rollout_complete(deployment, plan_hash="new", plan_hash_annotation="h", replicas=2) is complete
+    assert rollout_complete(None, plan_hash="new", plan_hash_annotation="h", replicas=2) is False

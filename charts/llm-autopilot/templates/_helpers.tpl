@@ -116,6 +116,9 @@ agree. Reused from the live Secret on upgrades (lookup), so `helm upgrade` never
 - apiGroups: [""]
   resources: [pods]
   verbs: [list]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
 {{- if .Values.rbac.readSecrets }}
 - apiGroups: [""]
   resources: [secrets]

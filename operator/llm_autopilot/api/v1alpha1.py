@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 QuantizationName = Literal["none", "fp8", "awq", "gptq"]
@@ -285,42 +285,51 @@ class Condition(APIModel):
     observed_generation: int | None = Field(None, description="Spec generation the condition is about.")
 
 
-class RemediationEvent(APIModel):
-    time: str = Field(description="When the step was taken (RFC 3339).")
-    rung: int = Field(description="Rung after the step.")
+class StatusModel(APIModel):
+    """Status parts the remediation state is made of: immutable once parsed (changes return a new value)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class RemediationEvent(StatusModel):
+    time: AwareDatetime = Field(description="When the step was taken (RFC 3339).")
+    rung: int = Field(ge=0, le=20, description="Rung after the step.")
     signal: str = Field(description="What was observed (OOMKilled, KVCapacity, CudaOOM, KVSaturation...).")
     action: str = Field(description="What changed.")
     message: str = Field("", description="Why, in one line.")
-    evidence: dict[str, str] = Field(default_factory=dict, description="Query, value, pod, time...")
+    evidence: dict[str, str] = Field(default_factory=dict, description="Query, value, pod, time, source...")
 
 
-class RemediationOverrides(APIModel):
+class RemediationOverrides(StatusModel):
     """Settings remediation imposes on top of the spec and the planner."""
 
-    max_model_len: int | None = Field(None, description="Cap on max_model_len.")
-    max_num_batched_tokens: int | None = Field(None, description="Pinned max_num_batched_tokens.")
-    max_num_seqs: int | None = Field(None, description="Pinned max_num_seqs.")
+    max_model_len: int | None = Field(None, ge=1, description="Cap on max_model_len.")
+    max_num_batched_tokens: int | None = Field(None, ge=1, description="Pinned max_num_batched_tokens.")
+    max_num_seqs: int | None = Field(None, ge=1, description="Pinned max_num_seqs.")
     enforce_eager: bool | None = Field(None, description="CUDA graphs off.")
-    gpu_memory_utilization: float | None = Field(None, description="Pinned gpu_memory_utilization.")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Pinned gpu_memory_utilization.")
     fp8_kv_cache: bool | None = Field(None, alias="fp8KVCache", description="KV cache forced to fp8.")
-    min_gpus: int | None = Field(None, alias="minGPUs", description="At least this many GPUs per replica.")
-    replicas: int | None = Field(None, description="Replicas instead of spec.replicas.")
-    memory_limit_gib: float | None = Field(None, alias="memoryLimitGiB", description="Container memory limit (GiB).")
+    min_gpus: int | None = Field(None, alias="minGPUs", ge=1, le=64,
+                                 description="At least this many GPUs per replica.")
+    replicas: int | None = Field(None, ge=1, le=1000, description="Replicas instead of spec.replicas.")
+    memory_limit_gib: float | None = Field(None, alias="memoryLimitGiB", gt=0,
+                                           description="Container memory limit (GiB).")
 
 
-class RemediationStatus(APIModel):
-    rung: int = Field(0, description="Current step on the safety ladder (0 = as planned).")
-    last_step_time: str | None = Field(None, description="When the last step was taken (RFC 3339).")
-    last_signal_time: str | None = Field(None, description="When a failure signal was last seen (RFC 3339).")
-    last_relax_time: str | None = Field(None, description="When a step was last relaxed (RFC 3339).")
-    relax_backoff: int = Field(1, description="Multiplier on the stable window before the next relax.")
+class RemediationStatus(StatusModel):
+    rung: int = Field(0, ge=0, le=20, description="Current step on the safety ladder (0 = as planned).")
+    last_step_time: AwareDatetime | None = Field(None, description="When the last step was taken (RFC 3339).")
+    last_signal_time: AwareDatetime | None = Field(
+        None, description="When a failure signal was last seen (RFC 3339).")
+    last_relax_time: AwareDatetime | None = Field(None, description="When a step was last relaxed (RFC 3339).")
+    relax_backoff: int = Field(1, ge=1, le=16, description="Multiplier on the stable window before the next relax.")
     last_evidence: str | None = Field(None, description="Key of the last acted-on evidence (no double steps).")
     state: str | None = Field(None, description="Idle, Step, Relax, Cooldown, WaitingForRollout, Exhausted...")
-    applied: list[RemediationOverrides] = Field(
-        default_factory=list, max_length=20, description="Overrides per rung (the last is in force)."
+    applied: tuple[RemediationOverrides, ...] = Field(
+        default=(), max_length=20, description="Overrides per rung (the last is in force)."
     )
-    history: list[RemediationEvent] = Field(
-        default_factory=list, max_length=20, description="The most recent steps, newest last (at most 20)."
+    history: tuple[RemediationEvent, ...] = Field(
+        default=(), max_length=20, description="The most recent steps, newest last (at most 20)."
     )
 
 

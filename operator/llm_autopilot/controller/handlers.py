@@ -11,26 +11,37 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from llm_autopilot.api import GROUP, PLURAL, VERSION
-from llm_autopilot.api.conditions import READY, deployment_ready, get_condition, set_condition
+from llm_autopilot.api.conditions import READY, get_condition, set_condition
 from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.admission import review
 from llm_autopilot.controller.certs import self_signed
+from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import Kube, load_config
-from llm_autopilot.controller.reconcile import Outcome, now, reconcile
+from llm_autopilot.controller.reconcile import Outcome, gatherer_for, now, ready_condition, reconcile
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.render.kubernetes import OWNER_LABEL
 
 SETTINGS = OperatorSettings.from_env()
-_state: dict[str, Kube] = {}
+_state: dict[str, Any] = {}
 
 
 def kube() -> Kube:
     if "kube" not in _state:
         load_config()
         _state["kube"] = Kube()
-    return _state["kube"]
+    client: Kube = _state["kube"]
+    return client
+
+
+def gatherer() -> Gatherer:
+    """One per process: it remembers which crashes' logs were read."""
+    if "gatherer" not in _state:
+        _state["gatherer"] = gatherer_for(kube(), SETTINGS)
+    found: Gatherer = _state["gatherer"]
+    return found
 
 
 @kopf.on.startup()
@@ -88,7 +99,7 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch) -> None:
     try:
         out = reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
                         generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
-                        status=dict(body.get("status") or {}), kube=kube(), settings=SETTINGS)
+                        status=dict(body.get("status") or {}), kube=kube(), settings=SETTINGS, gatherer=gatherer())
     except Exception:
         telemetry.RECONCILES.labels("error").inc()
         raise
@@ -111,6 +122,10 @@ def resync(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     _reconcile(body, patch)
 
 
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 @kopf.on.event("apps", "v1", "deployments", labels={OWNER_LABEL: kopf.PRESENT}, id="deployment-readiness")
 def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
     """Mirror the vLLM Deployment's availability into the LLMDeployment's Ready condition."""
@@ -118,19 +133,30 @@ def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
         return
     owner = (body.get("metadata", {}).get("labels") or {}).get(OWNER_LABEL)
     k = kube()
-    parent = k.get(f"{GROUP}/{VERSION}", "LLMDeployment", owner, namespace) if owner else None
-    if parent is None:
+    for _attempt in range(3):  # the status moved under us (409): read it again
+        parent = k.get(f"{GROUP}/{VERSION}", "LLMDeployment", owner, namespace) if owner else None
+        if parent is None:
+            return
+        spec, status = parent.get("spec") or {}, parent.get("status") or {}
+        ready, reason, message = ready_condition(
+            dict(body), spec_replicas=_count(spec.get("replicas", 1)) or 0,
+            max_replicas=_count((spec.get("remediation") or {}).get("maxReplicas")),
+            remediation=status.get("remediation"))
+        current = get_condition(status.get("conditions"), READY)
+        if current and (current.get("status"), current.get("reason"), current.get("message")) == (
+                "True" if ready else "False", reason, message):
+            return
+        conditions = set_condition(status.get("conditions"), READY, ready, reason, message,
+                                   generation=parent["metadata"].get("generation"), now=now())
+        try:
+            # with the resourceVersion read, so a reconcile's newer conditions are never overwritten
+            k.patch_llmd_status(namespace, parent["metadata"]["name"], {"conditions": conditions},
+                                resource_version=parent["metadata"].get("resourceVersion"))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            continue
         return
-    status = parent.get("status") or {}
-    replicas = int((parent.get("spec") or {}).get("replicas", 1))
-    ready, reason, message = deployment_ready(dict(body), replicas)
-    current = get_condition(status.get("conditions"), READY)
-    if current and (current.get("status"), current.get("reason"), current.get("message")) == (
-            "True" if ready else "False", reason, message):
-        return
-    conditions = set_condition(status.get("conditions"), READY, ready, reason, message,
-                               generation=parent["metadata"].get("generation"), now=now())
-    k.patch_llmd_status(namespace, parent["metadata"]["name"], {"conditions": conditions})
 
 
 def validate(spec: kopf.Spec, warnings: list[str], **_: Any) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import base64
+import codecs
+import json
 from dataclasses import dataclass
 from typing import Any
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
@@ -15,6 +18,32 @@ from llm_autopilot.api import GROUP, PLURAL, VERSION
 from llm_autopilot.render.kubernetes import INPUT_HASH, MANAGER, quantity_gib
 
 GPU_RESOURCE = "nvidia.com/gpu"
+#: (connect, read) seconds for a previous-log read: a kubelet that is gone must not hold a handler thread
+LOG_TIMEOUT = (3.0, 10.0)
+_MESSAGE_LIMIT = 500
+
+
+class LogUnavailable(RuntimeError):
+    """The previous container's log could not be read; the message says why (evidence falls back)."""
+
+
+class ApplyRejected(RuntimeError):
+    """The API server refused an object (validation, admission, quota); nothing was written."""
+
+
+def api_message(exc: ApiException) -> str:
+    """The API server's own message (a Status object's ``message``), else the HTTP status and reason."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", errors="replace")
+    if isinstance(body, str) and body:
+        try:
+            message = json.loads(body).get("message")
+        except (ValueError, AttributeError):
+            message = None
+        if isinstance(message, str) and message:
+            return message[:_MESSAGE_LIMIT]
+    return f"{exc.status} {exc.reason}"[:_MESSAGE_LIMIT]
 
 
 def load_config() -> None:
@@ -73,23 +102,59 @@ class Kube:
         result: dict[str, Any] = obj.to_dict()
         return result
 
-    def apply(self, obj: dict[str, Any]) -> bool:
-        """Server-side apply unless the live object already has this input hash. True when it wrote."""
+    def _stale(self, obj: dict[str, Any]) -> bool:
+        """Whether the live object lacks this input hash (so it must be written)."""
         meta = obj["metadata"]
         live = self.get(obj["apiVersion"], obj["kind"], meta["name"], meta["namespace"])
         wanted = meta.get("annotations", {}).get(INPUT_HASH)
-        if live is not None and wanted and (live["metadata"].get("annotations") or {}).get(INPUT_HASH) == wanted:
-            return False
+        have = (live["metadata"].get("annotations") or {}).get(INPUT_HASH) if live is not None else None
+        return not (wanted and have == wanted)
+
+    def _server_side_apply(self, obj: dict[str, Any], *, dry_run: bool) -> None:
+        meta = obj["metadata"]
         resource = self.dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        resource.server_side_apply(body=obj, name=meta["name"], namespace=meta["namespace"],
-                                   field_manager=MANAGER, force_conflicts=True)
-        self.writes += 1
-        return True
+        resource.server_side_apply(body=obj, name=meta["name"], namespace=meta["namespace"], field_manager=MANAGER,
+                                   force_conflicts=True, **({"dry_run": "All"} if dry_run else {}))
+
+    def apply_all(self, objects: list[dict[str, Any]]) -> int:
+        """Server-side apply every object whose live copy lacks its input hash; the number written.
+
+        Every write is first tried as a server-side dry run, so one rejected object stops the whole set before
+        anything is written (no Deployment on GPUs whose Service the API server refuses).
+        """
+        stale = [obj for obj in objects if self._stale(obj)]
+        for obj in stale:
+            try:
+                self._server_side_apply(obj, dry_run=True)
+            except ApiException as exc:
+                raise ApplyRejected(f"{obj['kind']} {obj['metadata']['name']}: {api_message(exc)}") from exc
+        for obj in stale:
+            try:
+                self._server_side_apply(obj, dry_run=False)
+            except ApiException as exc:  # accepted dry, refused for real (a race): say so, the next pass retries
+                raise ApplyRejected(f"{obj['kind']} {obj['metadata']['name']}: {api_message(exc)}") from exc
+            self.writes += 1
+        return len(stale)
 
     def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector)
         result: list[dict[str, Any]] = self.api.sanitize_for_serialization(pods)["items"]
         return result
+
+    def previous_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
+        """The previous (terminated) container's log tail, through the API server; raises LogUnavailable."""
+        try:
+            response: Any = self.core.read_namespaced_pod_log(  # the raw urllib3 response: bytes, not JSON
+                pod, namespace, container=container, previous=True, tail_lines=tail_lines, limit_bytes=limit_bytes,
+                _preload_content=False, _request_timeout=LOG_TIMEOUT)
+            data: bytes = response.data
+        except ApiException as exc:  # 403 without pods/log, 404/400 no previous container, 5xx kubelet gone
+            raise LogUnavailable(f"{exc.status} {exc.reason}: {api_message(exc)}") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:  # timeouts, connection errors
+            raise LogUnavailable(f"{type(exc).__name__}: {exc}") from exc
+        # not final: a character cut off by limitBytes is dropped, not turned into a replacement character
+        text: str = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(data[:limit_bytes], final=False)
+        return text
 
     def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         try:
@@ -101,7 +166,11 @@ class Kube:
         data = (secret.data or {}).get(key)
         return base64.b64decode(data).decode() if data else None
 
-    def patch_llmd_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": status})
+    def patch_llmd_status(self, namespace: str, name: str, status: dict[str, Any],
+                          resource_version: str | None = None) -> None:
+        """Merge-patch the status; with ``resource_version`` the API server refuses (409) if it changed since."""
+        body: dict[str, Any] = {"status": status}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, body)
         self.writes += 1

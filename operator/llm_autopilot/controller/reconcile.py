@@ -1,17 +1,19 @@
-"""One reconcile of an LLMDeployment: resolve, find GPUs, plan, render, apply, remediate, report.
+"""One reconcile of an LLMDeployment: resolve, find GPUs, plan, render, gather evidence, decide, apply, report.
 
-Decisions are the pure modules' (planner, renderer, remediation ladder and guards, conditions); this
-module sequences the I/O and turns failures into conditions. It never writes the spec, and writes
-nothing when nothing changed.
+Decisions are the pure modules' (planner, renderer, remediation's decision, conditions); this module
+sequences the I/O and turns failures into conditions. It never writes the spec, writes nothing when nothing
+changed, and writes every child object or none (each write is tried as a server-side dry run first).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from llm_autopilot.api import convert
@@ -19,33 +21,51 @@ from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_re
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, find_gpu, gpu_from_labels
 from llm_autopilot.controller import telemetry
-from llm_autopilot.controller.kube import Kube
-from llm_autopilot.controller.metrics import MetricsUnavailable, PrometheusSettings, PrometheusSignals
+from llm_autopilot.controller.gather import Gatherer, PodSource, Target
+from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
+from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype
-from llm_autopilot.hub.client import HubClient
+from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_model
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, group_pools
-from llm_autopilot.remediation.classify import Classification
-from llm_autopilot.remediation.evidence import Evidence, apply_overrides, latest_crash
-from llm_autopilot.remediation.guards import Policy, State, Verdict, backoff_after_signal, decide
-from llm_autopilot.remediation.ladder import Candidate, Overrides, Running, candidates
+from llm_autopilot.remediation.decide import METRICS_AVAILABLE, Decision, Probe, decide
+from llm_autopilot.remediation.evidence import apply_overrides
+from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_floor
+from llm_autopilot.remediation.state import MAX_REPLICAS, Limits, RemediationState, effective_replicas
+from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render.kubernetes import (
-    CONTAINER,
     PLAN_HASH,
     Owner,
     WorkloadInputs,
-    content_hash,
     memory_limit_gib,
     workload,
 )
 from llm_autopilot.render.vllm_args import ServeOptions, render_vllm_args, unknown_flags
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion, behaviour_of
 
-METRICS_AVAILABLE = "MetricsAvailable"
-HISTORY_LIMIT = 20
+__all__ = ["METRICS_AVAILABLE", "Outcome", "ready_condition", "reconcile"]
+
+logger = logging.getLogger(__name__)
+_MESSAGE_LIMIT = 500
+
+
+class Cluster(PodSource, Protocol):
+    """The Kubernetes calls one reconcile makes (Kube; in-memory fakes in tests)."""
+
+    def gpu_nodes(self) -> list[NodeGPUs]: ...
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None: ...
+
+    def apply_all(self, objects: list[dict[str, Any]]) -> int:
+        """Write the objects that changed, all or none; raises ApplyRejected."""
+        ...
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """None when the Secret or key does not exist; raises ApiException otherwise."""
+        ...
 
 
 @dataclass
@@ -64,25 +84,52 @@ def format_validation_error(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _utcnow() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
 def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _seconds(stamp: str | None) -> float | None:
-    if not stamp:
-        return None
-    return datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+def ready_condition(deployment: dict[str, Any] | None, *, spec_replicas: int, max_replicas: int | None,
+                    remediation: Any) -> tuple[bool | None, str, str]:
+    """Ready from the effective replica count (remediation's last override, else the spec's): the one
+    computation both the reconcile and the Deployment watch use, so they never disagree."""
+    return deployment_ready(deployment, effective_replicas(remediation, spec_replicas, max_replicas))
 
 
-def _hub_client(spec: LLMDeploymentSpec, namespace: str, kube: Kube, settings: OperatorSettings) -> HubClient:
-    token = None
+class SecretUnreadable(RuntimeError):
+    """The Hub token Secret exists (or may) but could not be read, e.g. 403 without `get secrets`."""
+
+
+def _hub_token(spec: LLMDeploymentSpec, namespace: str, kube: Cluster) -> str | None:
     ref = spec.model.hub_token_secret_ref
-    if ref is not None:
+    if ref is None:
+        return None
+    try:
         token = kube.secret_value(namespace, ref.name, ref.key)
-        if token is None:
-            raise ModelResolutionError(f"Secret {ref.name!r} (key {ref.key!r}) for the Hub token was not found in "
-                                       f"namespace {namespace}")
-    return HubClient(token=token, timeout=settings.hub_timeout_seconds)
+    except ApiException as exc:
+        hint = ("; grant the operator `get` on secrets (the chart: rbac.readSecrets=true)"
+                if exc.status == 403 else "")
+        raise SecretUnreadable(f"cannot read Secret {ref.name!r} (key {ref.key!r}) for the Hub token in namespace "
+                               f"{namespace}: {api_message(exc)}{hint}") from exc
+    if token is None:
+        raise ModelResolutionError(f"Secret {ref.name!r} (key {ref.key!r}) for the Hub token was not found in "
+                                   f"namespace {namespace}")
+    return token
+
+
+class LazyTokenHubClient(HubClient):
+    """Reads the token Secret only when the Hub is really called: never for catalog or inline models."""
+
+    def __init__(self, token: Callable[[], str | None], *, timeout: float) -> None:
+        super().__init__(timeout=timeout)
+        self._token_source = token
+        self._timeout_seconds = timeout
+
+    def fetch(self, repo_id: str, revision: str | None = None) -> ModelFiles:
+        return HubClient(token=self._token_source(), timeout=self._timeout_seconds).fetch(repo_id, revision)
 
 
 @dataclass
@@ -93,16 +140,19 @@ class Context:
     request_for: Callable[[GPUPool, Overrides], PlanRequest]
     pools: list[GPUPool]
     node_memory_gib: float
+    #: the shortest max_model_len remediation may cut to (never 1: see ladder.max_model_len_floor)
+    floor_max_model_len: int
 
 
-def context(spec: LLMDeploymentSpec, namespace: str, kube: Kube, settings: OperatorSettings) -> Context:
+def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: OperatorSettings) -> Context:
     """Resolve the model and the GPU pools the spec may use."""
     override = spec.model.architecture
     model = resolve_model(
         spec.model.name, revision=spec.model.revision,
         override=override.as_hf_config() if override else None,
         override_checkpoint_bytes=override.weight_bytes if override else None,
-        variants=convert.variants(spec), client=_hub_client(spec, namespace, kube, settings),
+        variants=convert.variants(spec),
+        client=LazyTokenHubClient(lambda: _hub_token(spec, namespace, kube), timeout=settings.hub_timeout_seconds),
     )
     behaviour = behaviour_of(VLLMVersion.parse(spec.vllm.version or settings.default_vllm_version))
     wanted = spec.gpu.node_selector or {}
@@ -117,13 +167,27 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Kube, settings: Opera
         pools = [p for p in pools if p.gpu.name == gpu.name] or [
             GPUPool(gpu, spec.gpu.max_gpus, tuple(sorted({*gpu.gfd_products, spec.gpu.product})), 0)]
     memory = max((n.allocatable_memory_gib for _, n in gpus), default=0.0)
+    floor = max_model_len_floor(floor=spec.remediation.floors.min_max_model_len,
+                                serving_min=spec.serving.min_max_model_len, serving_max=spec.serving.max_model_len,
+                                model_max=model.max_position_embeddings)
 
     def request_for(pool: GPUPool, overrides: Overrides) -> PlanRequest:
         limit = pool.gpus_per_node if pool.nodes else None
-        targets = apply_overrides(convert.targets(spec, max_gpus=limit), overrides)
+        targets = apply_overrides(convert.targets(spec, max_gpus=limit), overrides, floor_max_model_len=floor)
         return PlanRequest(model, pool.gpu, behaviour, targets)
 
-    return Context(spec, request_for, pools, memory)
+    return Context(spec, request_for, pools, memory, floor)
+
+
+def limits(ctx: Context) -> Limits:
+    """The bounds a status read from the cluster is clamped into."""
+    spec, floors = ctx.spec, ctx.spec.remediation.floors
+    return Limits(max_steps=spec.remediation.max_steps, spec_replicas=spec.replicas,
+                  max_replicas=spec.remediation.max_replicas, max_gpus=spec.gpu.max_gpus,
+                  node_memory_gib=ctx.node_memory_gib, floor_max_model_len=ctx.floor_max_model_len,
+                  floor_max_num_seqs=floors.min_max_num_seqs,
+                  floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
+                  floor_gpu_memory_utilization=floors.min_gpu_memory_utilization)
 
 
 def plan_with(ctx: Context, overrides: Overrides) -> PoolChoice:
@@ -139,6 +203,14 @@ class Rendered:
     status: PlanStatus
     objects: list[dict[str, Any]]
     inputs: WorkloadInputs
+
+    @property
+    def plan_hash(self) -> str:
+        return str(self.objects[0]["spec"]["template"]["metadata"]["annotations"][PLAN_HASH])
+
+    def same_objects(self, other: Rendered) -> bool:
+        return [o["metadata"]["annotations"] for o in self.objects] == [
+            o["metadata"]["annotations"] for o in other.objects]
 
 
 def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
@@ -170,9 +242,10 @@ def _running(r: Rendered, ctx: Context) -> Running:
         fp8_kv_cache=c.kv_cache_dtype is KVCacheDtype.FP8, gpus=c.num_gpus, replicas=replicas,
         memory_limit_gib=memory_limit_gib(r.inputs),
         fp8_kv_allowed="fp8" in spec.serving.allowed_kv_cache_dtypes,
-        max_gpus=min(spec.gpu.max_gpus, pool_max), max_replicas=spec.remediation.max_replicas or spec.replicas,
+        max_gpus=min(spec.gpu.max_gpus, pool_max),
+        max_replicas=min(spec.remediation.max_replicas or spec.replicas, MAX_REPLICAS),
         node_memory_gib=ctx.node_memory_gib or memory_limit_gib(r.inputs),
-        floor_max_model_len=floors.min_max_model_len or spec.serving.min_max_model_len or 1,
+        floor_max_model_len=ctx.floor_max_model_len,
         floor_gpu_memory_utilization=floors.min_gpu_memory_utilization,
         floor_max_num_seqs=floors.min_max_num_seqs, floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
     )
@@ -182,20 +255,34 @@ def _changed(current: dict[str, Any], key: str, value: Any) -> bool:
     return bool(current.get(key) != value)
 
 
+def gatherer_for(kube: Cluster, settings: OperatorSettings) -> Gatherer:
+    """The evidence gatherer for these settings (the operator keeps one per process: it remembers crashes)."""
+    metrics = None
+    if settings.prometheus_url:
+        metrics = PrometheusClient(PrometheusSettings(settings.prometheus_url, settings.prometheus_headers,
+                                                      settings.prometheus_verify_tls))
+    return Gatherer(kube, metrics)
+
+
 class Reconciler:
     """One pass over one object; collects the status changes and events to report."""
 
     def __init__(self, *, name: str, namespace: str, uid: str, generation: int | None, status: dict[str, Any],
-                 kube: Kube, settings: OperatorSettings) -> None:
+                 kube: Cluster, settings: OperatorSettings, gatherer: Gatherer) -> None:
         self.owner = Owner(name, namespace, uid)
         self.generation = generation
         self.status = status
         self.kube = kube
         self.settings = settings
+        self.gatherer = gatherer
         self.out = Outcome()
-        self.stamp = now()
+        self.now = _utcnow()
+        self.stamp = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
         self.conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
-        self.remediation: dict[str, Any] = dict(status.get("remediation") or {})
+        #: the remediation state as read, and as it stands now (None until the spec could be resolved)
+        self.origin: RemediationState | None = None
+        self.state: RemediationState | None = None
+        self.repaired = False
 
     def condition(self, type_: str, value: bool | None, reason: str, message: str) -> None:
         self.conditions = set_condition(self.conditions, type_, value, reason, message,
@@ -217,13 +304,18 @@ class Reconciler:
             self.out.status["conditions"] = self.conditions
         if _changed(self.status, "observedGeneration", self.generation):
             self.out.status["observedGeneration"] = self.generation
-        if self.remediation and _changed(self.status, "remediation", self.remediation):
-            self.out.status["remediation"] = self.remediation
+        if self.state is not None and (self.state != self.origin or self.repaired):
+            self.out.status["remediation"] = self.state.to_status()
         return self.out
 
-    def apply(self, rendered: Rendered) -> None:
-        for obj in rendered.objects:
-            self.out.writes += self.kube.apply(obj)
+    def read_state(self, ctx: Context) -> RemediationState:
+        state, repairs = RemediationState.read(self.status.get("remediation"), limits(ctx), self.now)
+        for repair in repairs:
+            logger.warning("%s/%s: %s", self.owner.namespace, self.owner.name, repair)
+        if repairs:  # written back repaired, so this is said once
+            self.event("Warning", "StatusRepaired", "; ".join(repairs))
+        self.origin, self.state, self.repaired = state, state, bool(repairs)
+        return state
 
     def run(self, spec_body: dict[str, Any]) -> Outcome:
         try:
@@ -236,28 +328,65 @@ class Reconciler:
             return self.fail("UnknownGPU", str(exc))
         except VersionError as exc:
             return self.fail("UnsupportedVLLMVersion", str(exc))
+        except SecretUnreadable as exc:
+            return self.fail("SecretUnreadable", str(exc))
         except ModelResolutionError as exc:
             return self.fail("ModelUnresolved", str(exc), retry=True)
-        applied = list(self.remediation.get("applied") or [])
-        overrides = Overrides.from_status(applied[-1]) if applied else Overrides()
-        choice = plan_with(ctx, overrides)
-        if not isinstance(choice.result, Plan) and applied:
+        state = self.read_state(ctx)
+        choice = plan_with(ctx, state.overrides)
+        if not isinstance(choice.result, Plan) and state.applied:
             # the spec changed so that remediation's overrides no longer fit: start again from the plan
             self.event("Normal", "RemediationReset", f"overrides no longer fit the spec: {choice.result.message}")
-            self.remediation = {"rung": 0, "applied": [], "history": self.remediation.get("history", [])}
-            overrides = Overrides()
-            choice = plan_with(ctx, overrides)
+            state = self.state = state.reset()
+            choice = plan_with(ctx, state.overrides)
         if not isinstance(choice.result, Plan) or choice.pool is None:
             message = choice.result.message if isinstance(choice.result, Infeasible) else "no GPU pool"
             return self.fail("Infeasible", message)
-        rendered = render(ctx, choice, overrides, self.owner, self.settings)
-        self.apply(rendered)
+        current = render(ctx, choice, state.overrides, self.owner, self.settings)
         deployment = self.kube.get("apps/v1", "Deployment", self.owner.name, self.owner.namespace)
-        remediated = self.remediate(ctx, rendered, overrides, deployment)
-        if remediated is not rendered:  # a step or a relax rewrote the Deployment
+        final, decision = self.remediate(ctx, current, state, deployment)
+        try:
+            written = self.kube.apply_all(final.objects)
+        except ApplyRejected as exc:
+            # nothing was written: a step whose objects the API server refuses is not taken, nor reported
+            return self.fail("ApplyRejected", clean_line(str(exc), _MESSAGE_LIMIT))
+        self.out.writes += written
+        self.record(decision)
+        if written:
             deployment = self.kube.get("apps/v1", "Deployment", self.owner.name, self.owner.namespace)
-        self.report_plan(remediated, ctx, deployment)
+        self.report_plan(final, ctx, deployment)
         return self.finish()
+
+    def remediate(self, ctx: Context, current: Rendered, state: RemediationState,
+                  deployment: dict[str, Any] | None) -> tuple[Rendered, Decision]:
+        """Gather the evidence, let the pure decision speak: what should run, and why."""
+        policy = ctx.spec.remediation
+        evidence = self.gatherer.gather(Target(
+            namespace=self.owner.namespace, name=self.owner.name, plan_hash=current.plan_hash,
+            replicas=state.effective_replicas(ctx.spec.replicas), deployment=deployment,
+            last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
+            kv_window=policy.kv_saturation_window_seconds))
+        renders: dict[Overrides, Rendered] = {}
+
+        def probe(overrides: Overrides) -> Probe:
+            choice = plan_with(ctx, overrides)
+            if not isinstance(choice.result, Plan):
+                return Probe(False, problem=choice.result.message)
+            renders[overrides] = render(ctx, choice, overrides, self.owner, self.settings)
+            return Probe(True, changes=not renders[overrides].same_objects(current))
+
+        decision = decide(evidence, state, policy, _running(current, ctx), now=self.now, probe=probe)
+        return (renders[decision.overrides] if decision.changed else current), decision
+
+    def record(self, decision: Decision) -> None:
+        """The decision's state, conditions, events and counters, once its objects are written."""
+        self.state = decision.state
+        for c in decision.conditions:
+            self.condition(c.type, c.status, c.reason, c.message)
+        for note in decision.events:
+            self.event(note.type, note.reason, note.message)
+        for signal, kind in decision.counts:
+            telemetry.REMEDIATION_STEPS.labels(signal, kind).inc()
 
     def report_plan(self, r: Rendered, ctx: Context, deployment: dict[str, Any] | None) -> None:
         plan_dict = r.status.model_dump(by_alias=True, exclude_none=True)
@@ -268,157 +397,20 @@ class Reconciler:
         memory = r.status.memory
         self.condition(PLANNED, True, "Planned", f"{r.plan.summary}: {memory.kv_cache_gib} GiB KV cache per GPU, "
                                                  f"{memory.max_concurrency}x concurrency at {r.status.max_model_len}")
-        replicas = r.inputs.replicas if r.inputs.replicas is not None else ctx.spec.replicas
-        self.condition(READY, *deployment_ready(deployment, replicas))
+        remediation = self.state.to_status() if self.state is not None else None
+        self.condition(READY, *ready_condition(deployment, spec_replicas=ctx.spec.replicas,
+                                               max_replicas=ctx.spec.remediation.max_replicas,
+                                               remediation=remediation))
         if not any(c.get("type") == DEGRADED for c in self.conditions):
             self.condition(DEGRADED, False, "AsPlanned", "running the planned configuration")
         for warning in r.status.warnings:
             if warning not in ((self.status.get("plan") or {}).get("warnings") or []):
                 self.event("Warning", "PlanWarning", warning)
 
-    # --- remediation ---------------------------------------------------------------------------------
-
-    def _signal(self, ctx: Context, r: Rendered) -> tuple[Classification | None, str | None, bool]:
-        """(classification, evidence key, metrics usable)."""
-        plan_hash = r.objects[0]["spec"]["template"]["metadata"]["annotations"][PLAN_HASH]
-        pods = self.kube.pods(self.owner.namespace, f"app.kubernetes.io/instance={self.owner.name}")
-        current_pods = [p["metadata"]["name"] for p in pods
-                        if (p["metadata"].get("annotations") or {}).get(PLAN_HASH) == plan_hash]
-        crash: Evidence | None = latest_crash(pods, container=CONTAINER, plan_hash=plan_hash,
-                                              plan_hash_annotation=PLAN_HASH)
-        if self.settings.prometheus_url:
-            signals = PrometheusSignals(PrometheusSettings(self.settings.prometheus_url,
-                                                           self.settings.prometheus_headers,
-                                                           self.settings.prometheus_verify_tls))
-            try:
-                policy = ctx.spec.remediation
-                kv = signals.kv_saturation(self.owner.namespace, self.owner.name,
-                                           threshold=policy.kv_saturation_threshold,
-                                           window=policy.kv_saturation_window_seconds, pods=current_pods)
-            except MetricsUnavailable as exc:
-                telemetry.PROMETHEUS_ERRORS.inc()
-                self.condition(METRICS_AVAILABLE, False, "PrometheusUnreachable",
-                               f"{exc}; remediation holds still until metrics return")
-                return None, None, False
-            self.condition(METRICS_AVAILABLE, True, "Queried", f"Prometheus at {self.settings.prometheus_url}")
-            window = policy.kv_saturation_window_seconds
-            last_step = _seconds(self.remediation.get("lastStepTime"))
-            if last_step is not None and (_seconds(self.stamp) or 0) - last_step < window:
-                kv = None  # the window must lie wholly after the last step: judge the new settings, not the old
-            if kv is not None and (crash is None or crash.key == self.remediation.get("lastEvidence")):
-                bucket = int((_seconds(self.stamp) or 0) // window)
-                return kv, f"kv-saturation/{content_hash(r.status.args)}/{bucket}", True
-        if crash is not None and crash.key != self.remediation.get("lastEvidence"):
-            return crash.classification, crash.key, True
-        return None, None, True
-
-    def remediate(self, ctx: Context, r: Rendered, overrides: Overrides,
-                  deployment: dict[str, Any] | None) -> Rendered:
-        signal, key, metrics_ok = self._signal(ctx, r)
-        if not metrics_ok:
-            return r
-        policy = ctx.spec.remediation
-        guard_policy = Policy(policy.enabled, policy.cooldown_seconds, policy.max_steps, policy.stable_window_seconds)
-        now_seconds = _seconds(self.stamp) or 0.0
-        rem = self.remediation
-        state = State(rung=int(rem.get("rung", 0)), last_step_at=_seconds(rem.get("lastStepTime")),
-                      last_signal_at=_seconds(rem.get("lastSignalTime")),
-                      last_relax_at=_seconds(rem.get("lastRelaxTime")), relax_backoff=int(rem.get("relaxBackoff", 1)))
-        replicas = r.inputs.replicas if r.inputs.replicas is not None else ctx.spec.replicas
-        status = (deployment or {}).get("status") or {}
-        rollout_complete = (deployment is not None and int(status.get("updatedReplicas") or 0) >= replicas
-                            and int(status.get("observedGeneration") or 0) >= int(
-                                deployment["metadata"].get("generation") or 0))
-        crash_of_current_plan = signal is not None and key is not None and not key.startswith("kv-saturation/")
-        verdict = decide(now=now_seconds, policy=guard_policy, state=state,
-                         signal_is_memory=None if signal is None else signal.signal.is_memory,
-                         rollout_complete=rollout_complete or crash_of_current_plan)
-        if signal is not None:
-            rem["lastSignalTime"] = self.stamp
-            rem["relaxBackoff"] = backoff_after_signal(state, now_seconds, guard_policy)
-        rem.setdefault("rung", 0)
-        rem["state"] = str(verdict)
-        if verdict is Verdict.STEP and signal is not None and key is not None:
-            return self._step(ctx, r, overrides, signal, key)
-        if verdict is Verdict.RELAX:
-            return self._relax(ctx, r)
-        if signal is not None and key is not None and verdict in (Verdict.NOT_MEMORY, Verdict.OBSERVE_ONLY,
-                                                                  Verdict.EXHAUSTED):
-            reason = {Verdict.NOT_MEMORY: signal.signal.value, Verdict.OBSERVE_ONLY: "RemediationDisabled",
-                      Verdict.EXHAUSTED: "RemediationExhausted"}[verdict]
-            prefix = {Verdict.NOT_MEMORY: "", Verdict.OBSERVE_ONLY: "remediation is disabled; observed: ",
-                      Verdict.EXHAUSTED: f"remediation exhausted after {state.rung} steps; still: "}[verdict]
-            self.condition(DEGRADED, True, reason, prefix + signal.summary)
-            if rem.get("lastEvidence") != key:
-                rem["lastEvidence"] = key
-                self.event("Warning", reason, prefix + signal.summary)
-                if verdict is Verdict.EXHAUSTED:
-                    telemetry.REMEDIATION_STEPS.labels(signal.signal.value, "exhausted").inc()
-        return r
-
-    def _history(self, signal: str, action: str, message: str, evidence: dict[str, str]) -> None:
-        history = list(self.remediation.get("history") or [])
-        history.append({"time": self.stamp, "rung": self.remediation["rung"], "signal": signal, "action": action,
-                        "message": message[:500], "evidence": {k: v[:500] for k, v in evidence.items()}})
-        self.remediation["history"] = history[-HISTORY_LIMIT:]
-
-    def _step(self, ctx: Context, r: Rendered, overrides: Overrides, signal: Classification, key: str) -> Rendered:
-        rem = self.remediation
-        rem["lastEvidence"] = key
-        tried = []
-        for candidate in candidates(signal, _running(r, ctx), overrides):
-            choice = plan_with(ctx, candidate.overrides)
-            if not isinstance(choice.result, Plan):
-                tried.append(f"{candidate.action}: {choice.result.message[:200]}")
-                continue
-            new = render(ctx, choice, candidate.overrides, self.owner, self.settings)
-            if [o["metadata"]["annotations"] for o in new.objects] == [o["metadata"]["annotations"] for o in r.objects]:
-                tried.append(f"{candidate.action}: changes nothing")
-                continue
-            return self._take(new, candidate, signal)
-        message = f"{signal.summary}; no safer configuration fits" + (f" (tried: {'; '.join(tried)})" if tried else "")
-        self.condition(DEGRADED, True, "RemediationExhausted", message)
-        self.event("Warning", "RemediationExhausted", message)
-        telemetry.REMEDIATION_STEPS.labels(signal.signal.value, "exhausted").inc()
-        return r
-
-    def _take(self, new: Rendered, candidate: Candidate, signal: Classification) -> Rendered:
-        rem = self.remediation
-        rem["rung"] = int(rem.get("rung", 0)) + 1
-        rem["applied"] = [*list(rem.get("applied") or []), candidate.overrides.to_status()]
-        rem["lastStepTime"] = self.stamp
-        rem["state"] = str(Verdict.STEP)
-        message = f"{signal.summary} -> {candidate.action}"
-        self._history(signal.signal.value, candidate.action, message, signal.evidence)
-        self.apply(new)
-        self.condition(DEGRADED, False, "Remediated", f"rung {rem['rung']}: {message}")
-        telemetry.REMEDIATION_STEPS.labels(signal.signal.value, "step").inc()
-        self.event("Warning", "Remediated", f"rung {rem['rung']}: {message}")
-        return new
-
-    def _relax(self, ctx: Context, r: Rendered) -> Rendered:
-        rem = self.remediation
-        applied = list(rem.get("applied") or [])[:-1]
-        overrides = Overrides.from_status(applied[-1]) if applied else Overrides()
-        choice = plan_with(ctx, overrides)
-        if not isinstance(choice.result, Plan):
-            return r
-        new = render(ctx, choice, overrides, self.owner, self.settings)
-        rem["applied"], rem["rung"] = applied, len(applied)
-        rem["lastRelaxTime"] = self.stamp
-        message = f"calm for the stable window; relaxed to rung {rem['rung']}"
-        self._history("Calm", "relax one rung", message, {"stableWindowSeconds": str(
-            ctx.spec.remediation.stable_window_seconds * int(rem.get("relaxBackoff", 1)))})
-        self.apply(new)
-        self.condition(DEGRADED, False, "Relaxed" if applied else "AsPlanned", message)
-        self.event("Normal", "Relaxed", message)
-        telemetry.REMEDIATION_STEPS.labels("Calm", "relax").inc()
-        return new
-
 
 def reconcile(
     *, name: str, namespace: str, uid: str, generation: int | None, spec_body: dict[str, Any],
-    status: dict[str, Any], kube: Kube, settings: OperatorSettings,
+    status: dict[str, Any], kube: Cluster, settings: OperatorSettings, gatherer: Gatherer | None = None,
 ) -> Outcome:
     return Reconciler(name=name, namespace=namespace, uid=uid, generation=generation, status=status, kube=kube,
-                      settings=settings).run(spec_body)
+                      settings=settings, gatherer=gatherer or gatherer_for(kube, settings)).run(spec_body)

@@ -1,8 +1,11 @@
-"""Classify what a vLLM container died of, from what the kubelet recorded (reason, exit code, message).
+"""Classify what a vLLM container died of, from what the kubelet recorded and, when it could be read, the
+previous container's log. Pure.
 
-The message is the container's termination message; with ``FallbackToLogsOnError`` it is the log tail
-(at most 80 lines / 2 KiB), so the root cause may be cut off and the wrapper lines are matched too.
-Messages are vLLM's own (shared/notes/vllm-memory.md; vLLM 0.10-0.33 source).
+The termination message (``FallbackToLogsOnError``) holds only the last 80 lines / 2 KiB of the log; a real
+vLLM's root cause ("... the estimated maximum model length is N ...") sits further up, before the API
+server's traceback, so the previous log is classified when the shell could read it (shared/notes/vllm-cpu.md).
+Only vLLM's own error line counts: the last line that says it, never a match anywhere in the text (a logged
+prompt may say anything). Messages are vLLM's own (shared/notes/vllm-memory.md; vLLM 0.10-0.33 source).
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from llm_autopilot.remediation.text import clean_line, last_line_with, last_nonempty_line
 
 
 class Signal(StrEnum):
@@ -36,6 +41,9 @@ class Classification:
     evidence: dict[str, str] = field(default_factory=dict)
 
 
+#: where the text came from, for the evidence
+TERMINATION_MESSAGE = "termination message (FallbackToLogsOnError log tail)"
+
 _ESTIMATED_LEN = re.compile(r"estimated maximum model length is (\d+)")
 _OLD_KV_CAPACITY = re.compile(
     r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)")
@@ -47,35 +55,58 @@ _CUDA_OOM = ("CUDA out of memory", "torch.OutOfMemoryError", "torch.cuda.OutOfMe
 _STARTUP_MARKERS = ("Engine core initialization failed", "Failed to load model", "warming up sampler",
                     "determine_available_memory", "profile_run", "load_model", "capture_model",
                     "initialize_engine", "_initialize_kv_caches", "Loading model weights")
+#: uvicorn's line once the API server serves: a later CUDA OOM happened under load, whatever start-up lines
+#: (e.g. "Loading model weights took ...") a whole log holds above it
+_SERVING = "Application startup complete"
 _ENGINE_DEAD = "EngineCore encountered a fatal error"
 
 
-def classify_termination(reason: str | None, exit_code: int | None, message: str | None) -> Classification:
+def _kv_capacity(text: str) -> tuple[int | None, str] | None:
+    """(N or None, vLLM's line) from the last "KV cache is needed" line, or the pre-0.10 sentence."""
+    line = last_line_with(text, _KV_NEEDED)
+    if line is not None:
+        estimates = _ESTIMATED_LEN.findall(line)
+        return (int(estimates[-1]) if estimates else None), line
+    line = last_line_with(text, "is larger than the maximum number of tokens that can be stored in KV cache")
+    if line is not None and (matches := _OLD_KV_CAPACITY.findall(line)):
+        return int(matches[-1][1]), line
+    return None
+
+
+def _started_serving_before(text: str, line: str) -> bool:
+    head = text[: text.rfind(line)]
+    return _SERVING in head
+
+
+def classify_termination(reason: str | None, exit_code: int | None, message: str | None, *,
+                         source: str = TERMINATION_MESSAGE) -> Classification:
+    """``message`` is the termination message or, when it could be read, the previous container's log."""
     text = message or ""
-    evidence = {"reason": reason or "", "exitCode": "" if exit_code is None else str(exit_code),
-                "message": text[-300:]}
+
+    def evidence(line: str | None) -> dict[str, str]:
+        return {"reason": clean_line(reason or "", 64), "exitCode": "" if exit_code is None else str(exit_code),
+                "message": clean_line(line or ""), "source": source}
+
     if reason == "OOMKilled":
         return Classification(Signal.HOST_OOM, "the container exceeded its memory limit (OOMKilled)",
-                              evidence=evidence)
-    if (match := _ESTIMATED_LEN.search(text)) and _KV_NEEDED in text:
-        n = int(match[1])
-        return Classification(Signal.KV_CAPACITY, f"max_model_len does not fit the KV cache; vLLM estimated {n}",
-                              n, evidence)
-    if match := _OLD_KV_CAPACITY.search(text):
-        n = int(match[2])
-        return Classification(Signal.KV_CAPACITY, f"max_model_len {match[1]} exceeds the KV cache's {n} tokens",
-                              n, evidence)
-    if _KV_NEEDED in text:
-        return Classification(Signal.KV_CAPACITY, "max_model_len does not fit the KV cache", None, evidence)
-    if _NO_KV in text:
-        return Classification(Signal.NO_KV_MEMORY, "no memory was left for the KV cache", evidence=evidence)
-    if any(marker in text for marker in _CUDA_OOM):
-        if any(marker in text for marker in _STARTUP_MARKERS):
+                              evidence=evidence(None))
+    if (kv := _kv_capacity(text)) is not None:
+        n, line = kv
+        summary = (f"max_model_len does not fit the KV cache; vLLM estimated {n}" if n is not None
+                   else "max_model_len does not fit the KV cache")
+        return Classification(Signal.KV_CAPACITY, summary, n, evidence(line))
+    if (no_kv := last_line_with(text, _NO_KV)) is not None:
+        return Classification(Signal.NO_KV_MEMORY, "no memory was left for the KV cache", evidence=evidence(no_kv))
+    if (oom := last_line_with(text, *_CUDA_OOM)) is not None:
+        at_startup = not _started_serving_before(text, oom) and any(m in text for m in _STARTUP_MARKERS)
+        if at_startup:
             return Classification(Signal.CUDA_OOM_STARTUP, "CUDA out of memory while starting (load/profile)",
-                                  evidence=evidence)
-        return Classification(Signal.CUDA_OOM_RUNTIME, "CUDA out of memory while serving", evidence=evidence)
+                                  evidence=evidence(oom))
+        return Classification(Signal.CUDA_OOM_RUNTIME, "CUDA out of memory while serving", evidence=evidence(oom))
     if exit_code == 0 and (not text.strip() or _ENGINE_DEAD in text):
         return Classification(Signal.ENGINE_DIED, "the engine exited with code 0 and no message (vLLM #48966); "
-                              "check the previous container's logs", evidence=evidence)
-    return Classification(Signal.OTHER_CRASH, f"exited with code {exit_code} ({reason or 'no reason'}); not a "
-                          "memory failure", evidence=evidence)
+                              "check the previous container's logs",
+                              evidence=evidence(last_line_with(text, _ENGINE_DEAD)))
+    why = clean_line(reason or "", 64) or "no reason"
+    return Classification(Signal.OTHER_CRASH, f"exited with code {exit_code} ({why}); not a memory failure",
+                          evidence=evidence(last_nonempty_line(text)))

@@ -8,9 +8,11 @@ always fits. Floors from the spec are never crossed.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from llm_autopilot.planner.plan import DEFAULT_MIN_MAX_MODEL_LEN
 from llm_autopilot.remediation.classify import Classification, Signal
 
 _LEN_ROUNDING = 256
@@ -72,6 +74,19 @@ class Running:
     floor_max_num_batched_tokens: int
 
 
+def max_model_len_floor(*, floor: int | None, serving_min: int | None, serving_max: int | None,
+                        model_max: int) -> int:
+    """The shortest context remediation may cut to: ``floors.minMaxModelLen``, else ``serving.minMaxModelLen``,
+    else the planner's own minimum (``maxModelLen`` when set, else the smaller of 8192 and the model's maximum)."""
+    desired = serving_max or model_max
+    return min(floor or serving_min or (desired if serving_max else min(desired, DEFAULT_MIN_MAX_MODEL_LEN)), desired)
+
+
+def round_up_utilization(value: float) -> float:
+    """Two decimals, rounded up (toward safety: never below the floor it came from)."""
+    return math.ceil(round(value * 100, 6)) / 100
+
+
 @dataclass(frozen=True)
 class Candidate:
     overrides: Overrides
@@ -106,12 +121,14 @@ def _more_gpus(r: Running, o: Overrides) -> Candidate | None:
 
 
 def _fewer_batched_tokens(r: Running, o: Overrides) -> Candidate | None:
-    tokens = max(r.max_num_batched_tokens // 2, r.floor_max_num_batched_tokens)
+    # vLLM needs max_num_batched_tokens >= max_num_seqs, so the seqs floor bounds the tokens too
+    tokens = max(r.max_num_batched_tokens // 2, r.floor_max_num_batched_tokens, r.floor_max_num_seqs)
     if tokens >= r.max_num_batched_tokens:
         return None
-    seqs = min(r.max_num_seqs, tokens)
-    return Candidate(dataclasses.replace(o, max_num_batched_tokens=tokens, max_num_seqs=seqs),
-                     f"max_num_batched_tokens {r.max_num_batched_tokens} -> {tokens}")
+    changed = dataclasses.replace(o, max_num_batched_tokens=tokens)
+    if tokens < r.max_num_seqs:  # pinned only when lowered: the planner keeps its own choice otherwise
+        changed = dataclasses.replace(changed, max_num_seqs=tokens)
+    return Candidate(changed, f"max_num_batched_tokens {r.max_num_batched_tokens} -> {tokens}")
 
 
 def _fewer_seqs(r: Running, o: Overrides, *, with_tokens: bool) -> Candidate | None:
@@ -134,7 +151,7 @@ def _eager(r: Running, o: Overrides) -> Candidate | None:
 
 
 def _lower_utilization(r: Running, o: Overrides) -> Candidate | None:
-    gmu = round(max(r.gpu_memory_utilization - _GMU_STEP, r.floor_gpu_memory_utilization), 2)
+    gmu = round_up_utilization(max(r.gpu_memory_utilization - _GMU_STEP, r.floor_gpu_memory_utilization))
     if gmu >= r.gpu_memory_utilization:
         return None
     return Candidate(dataclasses.replace(o, gpu_memory_utilization=gmu),

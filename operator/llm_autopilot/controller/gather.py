@@ -1,0 +1,111 @@
+"""Shell: gather remediation's evidence -- pods, the previous container's log, Prometheus -- before anything
+is decided (remediation/decide.py decides, without I/O).
+
+Every read is narrow and bounded: the pods of one deployment, the last lines of one previous log (read once
+per crash), a few instant queries with a timeout. A log that cannot be read (403 without ``pods/log``, no
+previous container, the kubelet gone, a timeout; a simulated node) is not an error: the evidence falls back
+to the termination message and says so.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from llm_autopilot.controller import telemetry
+from llm_autopilot.controller.kube import LogUnavailable
+from llm_autopilot.controller.metrics import MetricsSource, MetricsUnavailable, query_saturation
+from llm_autopilot.remediation.decide import Evidence, Metrics
+from llm_autopilot.remediation.evidence import (
+    LOG_LIMIT_BYTES,
+    LOG_TAIL_LINES,
+    Crash,
+    LogRead,
+    Termination,
+    classify_crash,
+    latest_termination,
+    rollout_complete,
+)
+from llm_autopilot.remediation.saturation import SUSTAINED_USAGE, SaturationRule, pod_selector
+from llm_autopilot.render.kubernetes import CONTAINER, PLAN_HASH
+
+#: crashes whose log was read, per process (a resync must not read a log twice)
+REMEMBERED_CRASHES = 512
+
+
+class PodSource(Protocol):
+    """The Kubernetes calls the gatherer makes (Kube; an in-memory fake in tests)."""
+
+    def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]: ...
+
+    def previous_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
+        """The previous container's log tail; raises LogUnavailable."""
+        ...
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to gather evidence about: one LLMDeployment's current plan."""
+
+    namespace: str
+    name: str
+    plan_hash: str
+    replicas: int
+    #: the live Deployment (None before it exists), for the rollout
+    deployment: dict[str, Any] | None
+    #: the evidence remediation already acted on (its log is not read again)
+    last_evidence: str | None
+    kv_threshold: float
+    kv_window: int
+
+
+class Gatherer:
+    def __init__(self, pods: PodSource, metrics: MetricsSource | None = None, *,
+                 rule: SaturationRule = SUSTAINED_USAGE, remembered: int = REMEMBERED_CRASHES) -> None:
+        self.pods = pods
+        self.metrics = metrics
+        self.rule = rule
+        self._crashes: OrderedDict[tuple[str, str], Crash] = OrderedDict()
+        self._remembered = remembered
+
+    def gather(self, target: Target) -> Evidence:
+        pods = self.pods.pods(target.namespace, f"app.kubernetes.io/instance={target.name}")
+        current = [str(p["metadata"]["name"]) for p in pods
+                   if ((p.get("metadata") or {}).get("annotations") or {}).get(PLAN_HASH) == target.plan_hash]
+        rollout = rollout_complete(target.deployment, plan_hash=target.plan_hash, plan_hash_annotation=PLAN_HASH,
+                                   replicas=target.replicas)
+        metrics, detail, saturation = Metrics.NOT_CONFIGURED, "", None
+        if self.metrics is not None:
+            try:
+                saturation = query_saturation(
+                    self.metrics, self.rule, pod_selector(target.namespace, current), window=target.kv_window,
+                    threshold=target.kv_threshold) if current else None
+            except MetricsUnavailable as exc:
+                telemetry.PROMETHEUS_ERRORS.inc()
+                return Evidence(None, None, Metrics.UNAVAILABLE, str(exc), rollout, target.plan_hash)
+            metrics, detail = Metrics.AVAILABLE, self.metrics.where
+        termination = latest_termination(pods, container=CONTAINER, plan_hash=target.plan_hash,
+                                         plan_hash_annotation=PLAN_HASH)
+        crash = self._crash(target, termination) if termination is not None else None
+        return Evidence(crash, saturation, metrics, detail, rollout, target.plan_hash)
+
+    def _crash(self, target: Target, t: Termination) -> Crash:
+        if t.key == target.last_evidence or not t.needs_log:
+            return classify_crash(t)  # already acted on, or the pod status says all
+        seen = (target.namespace, t.key)
+        if seen in self._crashes:
+            self._crashes.move_to_end(seen)
+            return self._crashes[seen]
+        try:
+            log = LogRead(text=self.pods.previous_log(target.namespace, t.pod, CONTAINER, tail_lines=LOG_TAIL_LINES,
+                                                      limit_bytes=LOG_LIMIT_BYTES))
+        except LogUnavailable as exc:
+            log = LogRead(unavailable=str(exc))
+        except Exception as exc:  # best-effort evidence: any other failure falls back the same way
+            log = LogRead(unavailable=f"{type(exc).__name__}: {exc}")
+        crash = classify_crash(t, log)
+        self._crashes[seen] = crash
+        while len(self._crashes) > self._remembered:
+            self._crashes.popitem(last=False)
+        return crash

@@ -1,0 +1,194 @@
+"""In-memory fakes of the Kubernetes and Prometheus calls the reconciler and the gatherer make.
+
+They behave as the real services do where it matters here: objects keep their input hash, a changed
+Deployment gets a new generation and is "rolled out" at once, a rejected object rejects the whole set before
+anything is written (as the shell's dry run does), the status is updated with JSON merge-patch semantics.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from llm_autopilot.controller.gather import Gatherer
+from llm_autopilot.controller.kube import ApplyRejected, LogUnavailable, NodeGPUs
+from llm_autopilot.controller.metrics import MetricsUnavailable
+from llm_autopilot.controller.reconcile import Outcome, reconcile
+from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
+
+H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559",
+        "nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0"}
+L4 = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.memory": "23034",
+      "nvidia.com/gpu.compute.major": "8", "nvidia.com/gpu.compute.minor": "9"}
+NAME, NAMESPACE = "x", "ns"
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (what Kopf sends for the status): null deletes, objects merge."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+@dataclass
+class FakeCluster:
+    nodes: list[NodeGPUs] = field(default_factory=lambda: [NodeGPUs(dict(H100), 8, 2000.0),
+                                                           NodeGPUs(dict(L4), 1, 120.0)])
+    objects: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    pod_list: list[dict[str, Any]] = field(default_factory=list)
+    #: pod name -> the previous log, or the exception reading it raises
+    logs: dict[str, str | Exception] = field(default_factory=dict)
+    log_reads: list[str] = field(default_factory=list)
+    #: (namespace, name, key) -> the value, or the exception reading it raises
+    secrets: dict[tuple[str, str, str], str | Exception] = field(default_factory=dict)
+    secret_reads: int = 0
+    #: kind -> the API server's message refusing it
+    reject: dict[str, str] = field(default_factory=dict)
+    #: LLMDeployment status patches (handlers' Ready writer)
+    status_patches: list[dict[str, Any]] = field(default_factory=list)
+    llmd: dict[str, Any] | None = None
+    conflicts: int = 0
+
+    def gpu_nodes(self) -> list[NodeGPUs]:
+        return list(self.nodes)
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        if kind == "LLMDeployment":
+            return copy.deepcopy(self.llmd)
+        return copy.deepcopy(self.objects.get((kind, name)))
+
+    def apply_all(self, objects: list[dict[str, Any]]) -> int:
+        stale = [o for o in objects if (self.objects.get((o["kind"], o["metadata"]["name"])) or {}).get(
+            "metadata", {}).get("annotations", {}).get(INPUT_HASH) != o["metadata"]["annotations"][INPUT_HASH]]
+        for obj in stale:
+            if obj["kind"] in self.reject:
+                raise ApplyRejected(f"{obj['kind']} {obj['metadata']['name']}: {self.reject[obj['kind']]}")
+        for obj in stale:
+            live = self.objects.get((obj["kind"], obj["metadata"]["name"]))
+            new = copy.deepcopy(obj)
+            generation = int((live or {}).get("metadata", {}).get("generation", 0)) + 1
+            new["metadata"]["generation"] = generation
+            replicas = new["spec"].get("replicas", 0) if new["kind"] == "Deployment" else 0
+            new["status"] = {"observedGeneration": generation, "updatedReplicas": replicas,
+                             "availableReplicas": replicas}
+            self.objects[(obj["kind"], obj["metadata"]["name"])] = new
+        return len(stale)
+
+    def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.pod_list)
+
+    def previous_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
+        self.log_reads.append(pod)
+        found = self.logs.get(pod, LogUnavailable("400 Bad Request: previous terminated container not found"))
+        if isinstance(found, Exception):
+            raise found
+        return "\n".join(found.splitlines()[-tail_lines:])[-limit_bytes:]
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        self.secret_reads += 1
+        found = self.secrets.get((namespace, name, key))
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def patch_llmd_status(self, namespace: str, name: str, status: dict[str, Any],
+                          resource_version: str | None = None) -> None:
+        if self.conflicts:
+            self.conflicts -= 1
+            raise ApiException(status=409, reason="Conflict")
+        self.status_patches.append(status)
+        if self.llmd is not None:
+            self.llmd["status"] = merge_patch(self.llmd.get("status") or {}, status)
+
+    # --- helpers for tests ---------------------------------------------------------------------------
+
+    def deployment(self) -> dict[str, Any]:
+        return self.objects[("Deployment", NAME)]
+
+    def plan_hash(self) -> str:
+        return str(self.deployment()["spec"]["template"]["metadata"]["annotations"][PLAN_HASH])
+
+    def crash(self, message: str = "", *, reason: str = "Error", exit_code: int = 1, restarts: int = 1,
+              pod: str = "x-1", finished_at: str = "2026-12-01T00:00:05Z") -> None:
+        """A termination of the current plan's pod, as the kubelet writes it."""
+        terminated: dict[str, Any] = {"reason": reason, "exitCode": exit_code, "finishedAt": finished_at}
+        if message:
+            terminated["message"] = message
+        self.pod_list = [{"metadata": {"name": pod, "annotations": {PLAN_HASH: self.plan_hash()}},
+                          "status": {"containerStatuses": [{"name": "vllm", "restartCount": restarts,
+                                                            "lastState": {"terminated": terminated}}]}}]
+
+    def running(self, pod: str = "x-1") -> None:
+        self.pod_list = [{"metadata": {"name": pod, "annotations": {PLAN_HASH: self.plan_hash()}},
+                          "status": {"containerStatuses": [{"name": "vllm", "restartCount": 0}]}}]
+
+
+@dataclass
+class FakePrometheus:
+    """Answers instant queries from ``answer(query)``; ``down`` makes every query fail."""
+
+    answer: Callable[[str], float | None] = lambda _query: None
+    down: bool = False
+    where: str = "Prometheus at http://prometheus.test"
+    queries: list[str] = field(default_factory=list)
+
+    def scalar(self, query: str) -> float | None:
+        self.queries.append(query)
+        if self.down:
+            raise MetricsUnavailable("Prometheus query failed: ConnectionError: connection refused")
+        return self.answer(query)
+
+
+def saturated(usage: float = 0.97, preemptions: float = 12.0) -> Callable[[str], float | None]:
+    """Prometheus answers for a KV cache at ``usage`` over the window, with preemptions."""
+    def answer(query: str) -> float | None:
+        if "kv_cache_usage_perc" in query:
+            return usage
+        if "num_preemptions_total" in query:
+            return preemptions
+        return 0.0 if "num_requests_waiting" in query else None
+    return answer
+
+
+@dataclass
+class Run:
+    """Successive reconciles of one object, its status carried over as the API server would."""
+
+    spec: dict[str, Any]
+    cluster: FakeCluster = field(default_factory=FakeCluster)
+    prometheus: FakePrometheus | None = None
+    status: dict[str, Any] = field(default_factory=dict)
+    gatherer: Gatherer | None = None
+    last: Outcome | None = None
+
+    def __post_init__(self) -> None:
+        self.gatherer = Gatherer(self.cluster, self.prometheus)
+
+    def once(self) -> Outcome:
+        out = reconcile(name=NAME, namespace=NAMESPACE, uid="uid", generation=1, spec_body=self.spec,
+                        status=copy.deepcopy(self.status), kube=self.cluster, settings=OperatorSettings(),
+                        gatherer=self.gatherer)
+        self.status = merge_patch(self.status, out.status)
+        self.last = out
+        return out
+
+    def condition(self, type_: str) -> dict[str, Any]:
+        return next(c for c in self.status.get("conditions", []) if c["type"] == type_)
+
+    @property
+    def remediation(self) -> dict[str, Any]:
+        return dict(self.status.get("remediation") or {})
+
+    def reasons(self) -> list[str]:
+        return [reason for _, reason, _ in (self.last.events if self.last else [])]

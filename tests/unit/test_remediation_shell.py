@@ -1,0 +1,434 @@
+"""The remediation shell with in-memory fakes of Kubernetes and Prometheus: the gatherer (previous logs read
+once, falling back quietly), reconcile's status handling, apply failures, the Hub token, and Ready."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import urllib3
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import NotFoundError
+
+from llm_autopilot.controller import handlers
+from llm_autopilot.controller.gather import Gatherer, Target
+from llm_autopilot.controller.kube import ApplyRejected, Kube, LogUnavailable
+from llm_autopilot.controller.metrics import MetricsUnavailable, PrometheusClient, PrometheusSettings
+from llm_autopilot.remediation.classify import Signal
+from llm_autopilot.remediation.decide import Metrics
+from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
+from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, FakePrometheus, Run, saturated
+from tests.unit.vllm_logs import cpu_kv_capacity_log, termination_message
+
+QWEN_H100 = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"},
+             "serving": {"maxModelLen": 16384, "minMaxModelLen": 4096}, "remediation": {"cooldownSeconds": 0}}
+
+
+def deployed(spec: dict[str, Any] | None = None, **kwargs: Any) -> Run:
+    run = Run(spec or QWEN_H100, **kwargs)
+    run.once()
+    assert run.condition("Planned")["status"] == "True"
+    return run
+
+
+# --- the gatherer ----------------------------------------------------------------------------------------
+
+def target(cluster: FakeCluster, last_evidence: str | None = None) -> Target:
+    return Target(namespace=NAMESPACE, name=NAME, plan_hash=cluster.plan_hash(), replicas=1,
+                  deployment=cluster.deployment(), last_evidence=last_evidence, kv_threshold=0.95, kv_window=300)
+
+
+def test_the_previous_log_is_read_once_per_crash_and_classified() -> None:
+    """Issue #9: the termination message alone says "Crashed"; the previous log says KVCapacity, N=8064."""
+    run = deployed()
+    log = cpu_kv_capacity_log()
+    run.cluster.crash(termination_message(log))
+    run.cluster.logs["x-1"] = log
+    gatherer = Gatherer(run.cluster)
+    first = gatherer.gather(target(run.cluster)).crash
+    assert first is not None and first.classification.signal is Signal.KV_CAPACITY
+    assert first.classification.reported_max_len == 8064
+    assert first.classification.evidence["source"].startswith("previous container log")
+    for _ in range(3):  # resyncs: the same crash is not read again
+        assert gatherer.gather(target(run.cluster)).crash == first
+    assert run.cluster.log_reads == ["x-1"]
+    run.cluster.crash(termination_message(log), restarts=2, finished_at="2026-12-01T00:01:00Z")  # a new crash
+    gatherer.gather(target(run.cluster))
+    assert run.cluster.log_reads == ["x-1", "x-1"]
+
+
+@pytest.mark.parametrize("failure", [
+    LogUnavailable('403 Forbidden: pods "x-1" is forbidden: cannot get resource "pods/log"'),
+    LogUnavailable("400 Bad Request: previous terminated container \"vllm\" in pod \"x-1\" not found"),
+    LogUnavailable("500 Internal Server Error: Get \"https://10.0.0.1:10250/containerLogs/ns/x-1/vllm\": "
+                   "dial tcp 10.0.0.1:10250: connect: connection refused"),  # the kubelet gone (or KWOK)
+    LogUnavailable("ReadTimeoutError: read timed out"),
+    RuntimeError("something unexpected"),
+])
+def test_an_unreadable_log_falls_back_to_the_termination_message_quietly(failure: Exception) -> None:
+    run = deployed()
+    run.cluster.crash("ValueError: To serve at least one request with the model's max seq len (16384), (2.0 GiB KV "
+                      "cache is needed, which is larger than the available KV cache memory (1.0 GiB). Based on the "
+                      "available memory, the estimated maximum model length is 8100.")
+    run.cluster.logs["x-1"] = failure
+    crash = Gatherer(run.cluster).gather(target(run.cluster)).crash
+    assert crash is not None and crash.classification.signal is Signal.KV_CAPACITY
+    assert crash.classification.reported_max_len == 8100
+    source = crash.classification.evidence["source"]
+    assert source.startswith("termination message") and "previous log unavailable" in source
+
+
+def test_no_log_is_read_for_an_oom_kill_a_clean_exit_or_evidence_already_acted_on() -> None:
+    run = deployed()
+    gatherer = Gatherer(run.cluster)
+    run.cluster.crash(reason="OOMKilled", exit_code=137)
+    assert gatherer.gather(target(run.cluster)).crash.classification.signal is Signal.HOST_OOM  # type: ignore[union-attr]
+    run.cluster.crash(reason="Completed", exit_code=0, restarts=2)
+    gatherer.gather(target(run.cluster))
+    run.cluster.crash("boom", restarts=3)
+    gatherer.gather(target(run.cluster, last_evidence="x-1/3/2026-12-01T00:00:05Z"))
+    assert run.cluster.log_reads == []
+
+
+def test_prometheus_down_is_metrics_unavailable_and_no_pod_no_query() -> None:
+    run = deployed()
+    down = FakePrometheus(down=True)
+    run.cluster.running()
+    evidence = Gatherer(run.cluster, down).gather(target(run.cluster))
+    assert evidence.metrics is Metrics.UNAVAILABLE and "connection refused" in evidence.metrics_detail
+    run.cluster.pod_list = []
+    up = FakePrometheus(answer=saturated())
+    evidence = Gatherer(run.cluster, up).gather(target(run.cluster))
+    assert evidence.metrics is Metrics.AVAILABLE and evidence.saturation is None and up.queries == []
+
+
+def test_kv_saturation_is_asked_for_the_current_plans_pods_only() -> None:
+    run = deployed()
+    run.cluster.running("x-abc")
+    run.cluster.pod_list.append({"metadata": {"name": "x-old", "annotations": {PLAN_HASH: "older-plan"}},
+                                 "status": {}})
+    prometheus = FakePrometheus(answer=saturated())
+    evidence = Gatherer(run.cluster, prometheus).gather(target(run.cluster))
+    assert evidence.saturation is not None and evidence.saturation.signal is Signal.KV_SATURATION
+    assert all('pod=~"x-abc"' in q for q in prometheus.queries) and len(prometheus.queries) == 4
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A Prometheus that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join(5)
+    for conn in accepted:
+        conn.close()
+    server.close()
+
+
+def test_a_hung_prometheus_gives_up_within_the_timeout(silent_server: str) -> None:
+    client = PrometheusClient(PrometheusSettings(silent_server, timeout_seconds=0.5))
+    started = time.monotonic()
+    with pytest.raises(MetricsUnavailable, match="Timeout"):
+        client.scalar("up")
+    assert time.monotonic() - started < 3  # one bounded attempt, no retries
+
+
+# --- Kube: all-or-nothing apply, the previous log -----------------------------------------------------------
+
+class _Resource:
+    def __init__(self, kind: str, calls: list[tuple[str, str, bool]], reject: set[str]) -> None:
+        self.kind, self.calls, self.reject = kind, calls, reject
+
+    def get(self, name: str, namespace: str) -> Any:
+        raise NotFoundError(ApiException(status=404, reason="Not Found"))
+
+    def server_side_apply(self, body: dict[str, Any], name: str, namespace: str, field_manager: str,
+                          force_conflicts: bool, dry_run: str | None = None) -> None:
+        self.calls.append((self.kind, name, dry_run == "All"))
+        if self.kind in self.reject:
+            exc = ApiException(status=422, reason="Unprocessable Entity")
+            exc.body = ('{"kind":"Status","message":"Service \\"1llama\\" is invalid: metadata.name: Invalid value: '
+                        '\\"1llama\\": a DNS-1035 label must start with a letter"}')
+            raise exc
+
+
+class _Dynamic:
+    def __init__(self, reject: set[str]) -> None:
+        self.calls: list[tuple[str, str, bool]] = []
+        self.reject = reject
+        self.resources = self
+
+    def get(self, api_version: str, kind: str) -> _Resource:
+        return _Resource(kind, self.calls, self.reject)
+
+
+def _objects() -> list[dict[str, Any]]:
+    return [{"apiVersion": v, "kind": k, "metadata": {"name": "1llama", "namespace": "ns",
+                                                      "annotations": {INPUT_HASH: k}}}
+            for v, k in (("apps/v1", "Deployment"), ("v1", "Service"), ("policy/v1", "PodDisruptionBudget"))]
+
+
+def test_apply_all_writes_nothing_when_the_api_server_refuses_one_object() -> None:
+    """D5: a Service the API server refuses must not leave a Deployment on GPUs behind."""
+    kube = Kube.__new__(Kube)
+    kube._dynamic, kube.writes = _Dynamic({"Service"}), 0  # type: ignore[assignment]
+    with pytest.raises(ApplyRejected, match=r"Service 1llama: .*a DNS-1035 label must start with a letter"):
+        kube.apply_all(_objects())
+    assert all(dry for _, _, dry in kube._dynamic.calls) and kube.writes == 0  # type: ignore[attr-defined]
+    kube._dynamic = _Dynamic(set())  # type: ignore[assignment]
+    assert kube.apply_all(_objects()) == 3
+    assert [dry for _, _, dry in kube._dynamic.calls] == [True, True, True, False, False, False]  # type: ignore[attr-defined]
+
+
+class _Core:
+    def __init__(self, outcome: Any) -> None:
+        self.outcome = outcome
+        self.asked: dict[str, Any] = {}
+
+    def read_namespaced_pod_log(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        self.asked = kwargs
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+
+class _Response:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+@pytest.mark.parametrize(("outcome", "message"), [
+    (ApiException(status=403, reason="Forbidden"), "403 Forbidden"),
+    (ApiException(status=400, reason="Bad Request"), "400 Bad Request"),
+    (urllib3.exceptions.ReadTimeoutError(None, "/log", "read timed out"), "ReadTimeoutError"),  # type: ignore[arg-type]
+    (ConnectionRefusedError("refused"), "ConnectionRefusedError"),
+])
+def test_previous_log_failures_become_log_unavailable(outcome: Exception, message: str) -> None:
+    kube = Kube.__new__(Kube)
+    kube.core = _Core(outcome)  # type: ignore[assignment]
+    with pytest.raises(LogUnavailable, match=message):
+        kube.previous_log("ns", "x-1", "vllm", tail_lines=500, limit_bytes=1024)
+
+
+def test_previous_log_asks_for_the_previous_container_bounded() -> None:
+    kube = Kube.__new__(Kube)
+    core = _Core(_Response("héllo\n".encode() * 400))
+    kube.core = core  # type: ignore[assignment]
+    text = kube.previous_log("ns", "x-1", "vllm", tail_lines=500, limit_bytes=1024)
+    assert core.asked["previous"] is True and core.asked["tail_lines"] == 500 and core.asked["limit_bytes"] == 1024
+    assert core.asked["container"] == "vllm" and core.asked["_request_timeout"]
+    assert text.startswith("héllo") and len(text.encode()) <= 1024
+
+
+# --- reconcile -----------------------------------------------------------------------------------------
+
+def test_kv_capacity_from_the_previous_log_steps_to_what_vllm_reported() -> None:
+    run = deployed()
+    assert run.status["plan"]["maxModelLen"] == 16384
+    log = cpu_kv_capacity_log()
+    run.cluster.crash(termination_message(log))
+    run.cluster.logs["x-1"] = log
+    run.once()
+    assert run.status["plan"]["maxModelLen"] == 7936  # 8064 rounded down to 256
+    history = run.remediation["history"][-1]
+    assert history["signal"] == "KVCapacity" and history["evidence"]["source"].startswith("previous container log")
+    assert "estimated maximum model length is 8064" in history["evidence"]["message"]
+
+
+def test_a_reported_length_of_1_never_takes_max_model_len_below_the_floor() -> None:
+    """D3: with only maxModelLen set, the floor is maxModelLen; nothing else fits on one L4: exhausted."""
+    spec = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"},
+            "serving": {"maxModelLen": 32768, "allowedKVCacheDtypes": ["fp8"]}}
+    run = deployed(spec)
+    one = ("4.5 GiB KV cache is needed, which is larger than the available KV cache memory (0.1 GiB). Based on the "
+           "available memory, the estimated maximum model length is 1.")
+    run.cluster.crash(one)
+    run.once()
+    assert run.status["plan"]["maxModelLen"] == 32768
+    assert run.condition("Degraded")["reason"] == "RemediationExhausted"
+    # with no length in the spec, the floor is min(8192, the model's maximum)
+    run = deployed({"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"}})
+    run.cluster.crash(one)
+    run.once()
+    assert run.status["plan"]["maxModelLen"] == 8192
+
+
+def test_an_apply_the_api_server_refuses_is_a_condition_not_a_traceback() -> None:
+    """D5: Planned=False/ApplyRejected with the API server's message and an Event; nothing half-applied."""
+    cluster = FakeCluster(reject={"Service": 'Service "x" is invalid: metadata.name: Invalid value'})
+    run = Run(QWEN_H100, cluster=cluster)
+    run.once()
+    planned = run.condition("Planned")
+    assert (planned["status"], planned["reason"]) == ("False", "ApplyRejected")
+    assert "Service x: Service \"x\" is invalid" in planned["message"]
+    assert "ApplyRejected" in run.reasons() and cluster.objects == {}  # not even the Deployment
+    run.once()
+    assert run.last is not None and run.last.events == [] and run.last.status == {}  # no event storm, no writes
+    cluster.reject.clear()
+    run.once()
+    assert run.condition("Planned")["status"] == "True" and len(cluster.objects) == 3
+
+
+def test_a_step_whose_objects_are_refused_is_not_taken() -> None:
+    run = deployed()
+    run.cluster.crash(reason="OOMKilled", exit_code=137)
+    run.cluster.reject["Deployment"] = "admission webhook denied the request: memory limit too high"
+    run.once()
+    assert run.condition("Planned")["reason"] == "ApplyRejected" and run.remediation.get("rung") == 0
+    assert "Remediated" not in run.reasons() and run.condition("Degraded")["reason"] == "AsPlanned"
+    run.cluster.reject.clear()
+    run.once()
+    assert run.remediation["rung"] == 1
+
+
+def test_the_hub_token_is_read_only_when_the_hub_is_called() -> None:
+    """D10: a catalog model never reads its token Secret; an unreadable one is SecretUnreadable, not a 403."""
+    forbidden = ApiException(status=403, reason="Forbidden")
+    catalog = {**QWEN_H100, "model": {"name": "Qwen/Qwen3-8B", "hubTokenSecretRef": {"name": "hf"}}}
+    run = deployed(catalog, cluster=FakeCluster(secrets={("ns", "hf", "token"): forbidden}))
+    run.once()
+    assert run.cluster.secret_reads == 0
+    private = {**QWEN_H100, "model": {"name": "someorg/private-model", "hubTokenSecretRef": {"name": "hf"}}}
+    run = Run(private, cluster=FakeCluster(secrets={("ns", "hf", "token"): forbidden}))
+    out = run.once()
+    planned = run.condition("Planned")
+    assert (planned["status"], planned["reason"]) == ("False", "SecretUnreadable") and not out.retry
+    assert "cannot read Secret 'hf'" in planned["message"] and "rbac.readSecrets" in planned["message"]
+    missing = Run(private)
+    assert missing.once().retry and missing.condition("Planned")["reason"] == "ModelUnresolved"
+
+
+def test_a_status_with_bad_timestamps_is_repaired_once_and_reconcile_goes_on() -> None:
+    """D11: fractional seconds and offsets are read; garbage is treated as missing, with a warning Event."""
+    run = deployed()
+    run.status["remediation"] = {**run.remediation, "lastStepTime": "2026-12-01T00:00:00.5Z",
+                                 "lastSignalTime": "2026-12-01T02:00:00+02:00", "lastRelaxTime": "soon"}
+    run.once()
+    assert run.reasons() == ["StatusRepaired"] and "lastRelaxTime" in run.last.events[0][2]  # type: ignore[union-attr]
+    assert "lastRelaxTime" not in run.remediation  # removed by the merge patch
+    assert run.remediation["lastSignalTime"] == "2026-12-01T00:00:00Z"
+    run.once()
+    assert run.last is not None and run.last.status == {} and run.last.events == []
+
+
+def test_a_step_time_far_in_the_future_does_not_hold_the_cooldown() -> None:
+    """D12: with a year-ahead lastStepTime an OOM was answered "Cooldown" for a year."""
+    run = deployed()
+    run.status["remediation"] = {**run.remediation, "lastStepTime": "9999-01-01T00:00:00Z"}
+    run.cluster.crash(reason="OOMKilled", exit_code=137)
+    run.once()
+    assert run.remediation["state"] == "Step" and run.remediation["rung"] == 1
+    assert run.remediation["lastStepTime"] < "9999"
+
+
+def test_a_rung_written_below_zero_does_not_buy_more_steps() -> None:
+    """D13: rung -50 with maxSteps 1 stepped to "-49"; now the budget holds."""
+    spec = {**QWEN_H100, "remediation": {"cooldownSeconds": 0, "maxSteps": 1}}
+    run = deployed(spec)
+    run.status["remediation"] = {**run.remediation, "rung": -50}
+    run.cluster.crash(reason="OOMKilled", exit_code=137)
+    run.once()
+    assert run.remediation["rung"] == 1
+    run.cluster.crash(reason="OOMKilled", exit_code=137, restarts=2, finished_at="2026-12-01T00:10:00Z")
+    run.once()
+    assert run.remediation["rung"] == 1 and run.condition("Degraded")["reason"] == "RemediationExhausted"
+
+
+def test_overrides_written_by_others_are_clamped_before_rendering() -> None:
+    run = deployed({**QWEN_H100, "remediation": {"cooldownSeconds": 0, "maxReplicas": 3}})
+    run.status["remediation"] = {**run.remediation, "rung": 1,
+                                 "applied": [{"replicas": 100000, "memoryLimitGiB": 1e9}]}
+    run.once()
+    container = run.cluster.deployment()["spec"]["template"]["spec"]["containers"][0]
+    assert run.cluster.deployment()["spec"]["replicas"] == 3 and container["resources"]["limits"]["memory"] == "2000Gi"
+    assert run.remediation["applied"] == [{"replicas": 3, "memoryLimitGiB": 2000.0}]
+
+
+def test_prometheus_down_holds_still_then_the_held_back_step_is_taken() -> None:
+    run = deployed(prometheus=FakePrometheus(down=True))
+    run.cluster.crash(reason="OOMKilled", exit_code=137)
+    before = run.cluster.deployment()["metadata"]["generation"]
+    run.once()
+    metrics = run.condition("MetricsAvailable")
+    assert (metrics["status"], metrics["reason"]) == ("False", "PrometheusUnreachable")
+    assert run.cluster.deployment()["metadata"]["generation"] == before and run.remediation.get("rung") == 0
+    assert run.prometheus is not None
+    run.prometheus.down = False
+    run.once()
+    assert run.condition("MetricsAvailable")["status"] == "True" and run.remediation["rung"] == 1
+
+
+def test_quiet_rounds_write_nothing() -> None:
+    run = deployed(prometheus=FakePrometheus())
+    run.cluster.running()
+    run.once()
+    for _ in range(3):
+        out = run.once()
+        assert out.status == {} and out.events == [] and out.writes == 0
+
+
+# --- Ready: one computation for both writers -----------------------------------------------------------------
+
+@pytest.fixture
+def handler_cluster() -> Iterator[FakeCluster]:
+    cluster = FakeCluster()
+    previous = dict(handlers._state)
+    handlers._state["kube"] = cluster
+    yield cluster
+    handlers._state.clear()
+    handlers._state.update(previous)
+
+
+def test_ready_uses_the_effective_replicas_in_the_reconcile_and_the_deployment_watch(
+        handler_cluster: FakeCluster) -> None:
+    """D14: after a "one more replica" rung both writers say 2/2, and quiet rounds write nothing."""
+    spec = {**QWEN_H100, "replicas": 1, "remediation": {"maxReplicas": 3, "stableWindowSeconds": 10**7}}
+    recently = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")  # not calm for long
+    run = Run(spec, cluster=handler_cluster, status={"remediation": {"rung": 1, "applied": [{"replicas": 2}],
+                                                                     "lastSignalTime": recently}})
+    run.once()
+    ready = run.condition("Ready")
+    assert (ready["status"], ready["message"]) == ("True", "2/2 replicas are available")
+    handler_cluster.llmd = {"metadata": {"name": NAME, "generation": 1, "resourceVersion": "7"}, "spec": spec,
+                            "status": run.status}
+    for _ in range(3):  # Deployment events and resyncs in a quiet state
+        handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+        run.status = handler_cluster.llmd["status"]
+        assert run.once().status == {}
+    assert handler_cluster.status_patches == []
+    # mid-rollout: 1 of 2 updated is not Ready (it read "1/1" before)
+    handler_cluster.deployment()["status"].update(updatedReplicas=1, availableReplicas=1)
+    handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+    (patch,) = handler_cluster.status_patches
+    ready = next(c for c in patch["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["message"]) == ("False", "1/2 replicas run the current plan")
+
+
+def test_the_deployment_watch_retries_a_conflicting_status_write(handler_cluster: FakeCluster) -> None:
+    run = deployed(cluster=handler_cluster)
+    handler_cluster.llmd = {"metadata": {"name": NAME, "generation": 1, "resourceVersion": "7"},
+                            "spec": QWEN_H100, "status": run.status}
+    handler_cluster.deployment()["status"]["availableReplicas"] = 0
+    handler_cluster.conflicts = 1
+    handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+    assert len(handler_cluster.status_patches) == 1
