@@ -133,8 +133,8 @@ def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
     k.patch_llmd_status(namespace, parent["metadata"]["name"], {"conditions": conditions})
 
 
-def validate(spec: kopf.Spec, warnings: list[str], **_: Any) -> None:
-    verdict = review(dict(spec), SETTINGS.default_vllm_version)
+def validate(spec: kopf.Spec, name: str, warnings: list[str], **_: Any) -> None:
+    verdict = review(dict(spec), SETTINGS.default_vllm_version, name=name)
     telemetry.ADMISSION.labels("allowed" if verdict.allowed else "rejected").inc()
     warnings.extend(verdict.warnings)
     if not verdict.allowed:
