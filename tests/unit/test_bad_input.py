@@ -256,3 +256,21 @@ def test_the_crd_refuses_floors_above_the_target_length() -> None:
     rules_text = [r["rule"] for r in schema["x-kubernetes-validations"]]
     assert any("floors.minMaxModelLen <= self.serving.maxModelLen" in r for r in rules_text), rules_text
     refused(spec(serving={"maxModelLen": 4096}, remediation={"floors": {"minMaxModelLen": 9000}}), "spec", "floors")
+
+
+def _bounds(node: Any) -> Any:
+    if isinstance(node, dict):
+        yield from ((k, v) for k, v in node.items() if k in ("minimum", "maximum"))
+        for value in node.values():
+            yield from _bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _bounds(value)
+
+
+def test_every_crd_bound_survives_the_api_servers_float64() -> None:
+    # a bound like 2^63-1 becomes 2^63 as float64, and the API server then refuses every value of that field
+    for key, bound in _bounds(crd()):
+        assert float(bound) == bound, (key, bound)
+    assert review(spec(gpu={**L4, "tolerations": [{"key": "k", "effect": "NoExecute", "tolerationSeconds": 30}]}),
+                  V).allowed

@@ -222,8 +222,10 @@ class Toleration(APIModel):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect to match; empty matches all."
     )
+    # bounds a float64 holds exactly: the API server reads a CRD's minimum/maximum as float64, and rejects
+    # every value when a bound (like 2^63-1) does not round-trip to an integer
     toleration_seconds: int | None = Field(
-        None, ge=-_INT64_MAX - 1, le=_INT64_MAX, description="How long a NoExecute taint is tolerated.")
+        None, ge=-(10**12), le=10**12, description="How long a NoExecute taint is tolerated.")
 
     @model_validator(mode="after")
     def _kubernetes_rules(self) -> Toleration:
