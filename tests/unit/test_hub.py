@@ -341,13 +341,17 @@ def test_partial_override_is_merged_over_the_fetched_config(hub: FakeHub, cache_
     assert resolved.checkpoint_bytes == QWEN3_8B_BYTES
 
 
-def test_override_of_a_catalog_model_uses_the_hub_config(hub: FakeHub, cache_dir: str) -> None:
+def test_override_of_a_catalog_model_is_merged_onto_the_catalog_config(hub: FakeHub, cache_dir: str) -> None:
     resolved = resolve_model(LLAMA_8B, override={"max_position_embeddings": 16384},
                              override_checkpoint_bytes=1000, client=client(hub, cache_dir, token=TOKEN))
     assert resolved.max_position_embeddings == 16384
     assert resolved.hidden_size == 4096
-    assert resolved.checkpoint_bytes == 1000  # the override's size wins over the index
-    assert f"/{LLAMA_8B}/resolve/main/config.json" in hub.paths("GET")
+    assert resolved.checkpoint_bytes == 1000  # the override's size wins over the catalog's
+    assert hub.paths("GET") == []  # air-gapped clusters can override a catalog model
+    kept = resolve_model(LLAMA_8B, override={"max_position_embeddings": 16384}, client=client(hub, cache_dir))
+    assert kept.checkpoint_bytes == LLAMA_8B_BYTES  # a context-only override keeps the catalog's size
+    reshaped = resolve_model(LLAMA_8B, override={"num_hidden_layers": 16}, client=client(hub, cache_dir))
+    assert reshaped.num_layers == 16 and reshaped.checkpoint_bytes is None  # sized from the architecture
 
 
 def test_variants_are_added(closed_endpoint: str, cache_dir: str) -> None:

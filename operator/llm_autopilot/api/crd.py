@@ -16,7 +16,8 @@ from typing import Any
 import yaml
 
 from llm_autopilot.api import GROUP, KIND, PLURAL, SHORT_NAMES, SINGULAR, VERSION
-from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, LLMDeploymentStatus
+from llm_autopilot.api.kubernetes_rules import DNS1035_LABEL, DNS1035_LABEL_MAX
+from llm_autopilot.api.v1alpha1 import HUB_TOKEN_ENV, LLMDeploymentSpec, LLMDeploymentStatus
 
 _DROP = {"title", "default"}
 
@@ -41,7 +42,26 @@ _SPEC_RULES = [
         "rule": "!has(self.gpu) || !has(self.gpu.computeCapability) || has(self.gpu.memoryGiB)",
         "message": "gpu.computeCapability is only used with gpu.memoryGiB",
     },
+    {
+        "rule": "!has(self.remediation) || !has(self.remediation.floors) "
+        "|| !has(self.remediation.floors.minMaxModelLen) || !has(self.serving) || !has(self.serving.maxModelLen) "
+        "|| self.remediation.floors.minMaxModelLen <= self.serving.maxModelLen",
+        "message": "remediation.floors.minMaxModelLen must not be larger than serving.maxModelLen",
+    },
+    {
+        "rule": f"!has(self.model.hubTokenSecretRef) || !has(self.vllm) || !has(self.vllm.env) "
+        f"|| self.vllm.env.all(e, e.name != '{HUB_TOKEN_ENV}')",
+        "message": f"vllm.env must not set {HUB_TOKEN_ENV} when model.hubTokenSecretRef sets it",
+    },
 ]
+
+# The name is also the Service's name and a label value (render/kubernetes.py): a DNS-1035 label. CEL on
+# metadata is allowed at the root of the schema, for metadata.name and metadata.generateName only.
+_ROOT_RULES = [{
+    "rule": f"size(self.metadata.name) <= {DNS1035_LABEL_MAX} && self.metadata.name.matches('{DNS1035_LABEL}')",
+    "message": f"metadata.name must be a DNS-1035 label (it also names the Service): at most {DNS1035_LABEL_MAX} "
+               "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit",
+}]
 
 
 def _is_null(schema: Any) -> bool:
@@ -133,6 +153,7 @@ def crd() -> dict[str, Any]:
                         "status": status,
                     },
                     "required": ["spec"],
+                    "x-kubernetes-validations": _ROOT_RULES,
                 }},
             }],
         },

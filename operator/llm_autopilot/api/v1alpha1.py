@@ -7,13 +7,34 @@ server never writes them into stored objects and GitOps tools see no drift.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+import re
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from llm_autopilot.api import kubernetes_rules as rules
+from llm_autopilot.api.serve_flags import extra_arg_problem
+from llm_autopilot.catalog.gpus import GFD_PRODUCT
 
 QuantizationName = Literal["none", "fp8", "awq", "gptq"]
 KVCacheDtypeName = Literal["auto", "fp8"]
+#: The environment variable vLLM (huggingface_hub) reads the Hub token from.
+HUB_TOKEN_ENV = "HF_TOKEN"
+_INT64_MAX = 2**63 - 1
 
 
 class APIModel(BaseModel):
@@ -22,12 +43,113 @@ class APIModel(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
+# --- field types with the API server's rules (api/kubernetes_rules.py) -----------------------------------
+
+
+def invalid(message: str) -> PydanticCustomError:
+    """A validation error whose message is shown as is (no "Value error, " prefix)."""
+    return PydanticCustomError("invalid", message)
+
+
+def _checked(problem: Callable[[str], str | None]) -> AfterValidator:
+    def check(value: str) -> str:
+        found = problem(value)
+        if found is not None:
+            raise invalid(found)
+        return value
+
+    return AfterValidator(check)
+
+
+def _schema_pattern(pattern: str) -> dict[str, Any]:
+    # in the CRD only: pydantic runs the check above, which says what is wrong in words
+    return {"pattern": pattern}
+
+
+_HUB_ID = r"^(hf://)?[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$"
+_HUB_ID_RE = re.compile(_HUB_ID)
+
+
+def _hub_id_problem(value: str) -> str | None:
+    # huggingface_hub's validate_repo_id: no '--' or '..', name parts start and end with a letter, digit or '_'
+    org, _, name = value.removeprefix("hf://").partition("/")
+    if (_HUB_ID_RE.fullmatch(value) and ".." not in value and "--" not in value and len(name) <= 96
+            and all(part[0] not in ".-" and part[-1] not in ".-" for part in (org, name))):
+        return None
+    return (f"{value!r} is not a Hugging Face Hub id: org/name (or hf://org/name), letters, digits, '_', '-' "
+            "and '.', e.g. Qwen/Qwen3-8B")
+
+
+def _optional_label_key_problem(key: str) -> str | None:
+    return rules.label_key_problem(key) if key else None  # an empty toleration key (with Exists) matches all
+
+
+def _product_problem(product: str) -> str | None:
+    if product and rules.label_value_problem(product) is None:
+        return None
+    return (f"{product!r} cannot be matched against the nodes' {GFD_PRODUCT} label: name a catalog GPU "
+            "(e.g. nvidia-l4) or a GPU Feature Discovery product value (e.g. NVIDIA-L4)")
+
+
+def _cli_value_problem(value: str) -> str | None:
+    # passed as the value of a vllm serve flag: a leading '-' would be read as another flag
+    if value.startswith("-") or any(c in value for c in "\x00\n\r\t"):
+        return f"{value!r} must not start with '-' or contain control characters"
+    return None
+
+
+HubID = Annotated[str, Field(min_length=1, max_length=256, json_schema_extra=_schema_pattern(_HUB_ID)),
+                  _checked(_hub_id_problem)]
+CLIValue = Annotated[str, Field(min_length=1, max_length=256), _checked(_cli_value_problem)]
+ObjectName = Annotated[str, Field(min_length=1, max_length=rules.DNS1123_SUBDOMAIN_MAX,
+                                  json_schema_extra=_schema_pattern(rules.DNS1123_SUBDOMAIN)),
+                       _checked(rules.subdomain_problem)]
+ConfigKey = Annotated[str, Field(min_length=1, max_length=rules.DNS1123_SUBDOMAIN_MAX,
+                                 json_schema_extra=_schema_pattern(rules.CONFIG_KEY)),
+                      _checked(rules.config_key_problem)]
+#: dict keys carry no schema (a CRD has no propertyNames): the check is the model's, and CEL's
+LabelKey = Annotated[str, _checked(rules.label_key_problem)]
+LabelValue = Annotated[str, Field(max_length=rules.LABEL_VALUE_MAX,
+                                  json_schema_extra=_schema_pattern(rules.LABEL_VALUE)),
+                       _checked(rules.label_value_problem)]
+TolerationKey = Annotated[str, Field(max_length=rules.LABEL_KEY_MAX,
+                                     json_schema_extra=_schema_pattern(f"^$|{rules.LABEL_KEY}")),
+                          _checked(_optional_label_key_problem)]
+EnvVarName = Annotated[str, Field(min_length=1, max_length=256,
+                                  json_schema_extra=_schema_pattern(rules.ENV_VAR_NAME)),
+                       _checked(rules.env_var_name_problem)]
+ImageReference = Annotated[str, Field(min_length=1, max_length=rules.IMAGE_MAX,
+                                      json_schema_extra=_schema_pattern(rules.IMAGE_REFERENCE)),
+                           _checked(rules.image_problem)]
+GPUProduct = Annotated[str, Field(min_length=1, max_length=rules.LABEL_VALUE_MAX,
+                                  json_schema_extra=_schema_pattern(rules.LABEL_VALUE)),
+                       _checked(_product_problem)]
+ExtraArg = Annotated[str, Field(max_length=4096), _checked(extra_arg_problem)]
+
+
+def _quantity(value: Any) -> int | str:
+    if (isinstance(value, bool) or not isinstance(value, int | str) or (isinstance(value, int) and value > _INT64_MAX)
+            or (isinstance(value, str) and len(value) > rules.QUANTITY_MAX)):
+        raise invalid(f"{value!r:.80} is not a quantity: an integer or a string such as 500m or 64Gi")
+    problem = rules.quantity_problem(value)
+    if problem is not None:
+        raise invalid(problem)
+    return value
+
+
+#: A non-negative Kubernetes quantity (an int or a string); one check, one message.
+Quantity = Annotated[int | str, PlainValidator(_quantity), WithJsonSchema({
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "minimum": 0, "pattern": rules.QUANTITY, "maxLength": rules.QUANTITY_MAX,
+})]
+
+
 # --- spec -----------------------------------------------------------------------------------------
 
 
 class SecretKeyRef(APIModel):
-    name: str = Field(min_length=1, description="Name of a Secret in the LLMDeployment's namespace.")
-    key: str = Field("token", min_length=1, description="Key in the Secret. Defaults to `token`.")
+    name: ObjectName = Field(description="Name of a Secret in the LLMDeployment's namespace.")
+    key: ConfigKey = Field("token", description="Key in the Secret. Defaults to `token`.")
 
 
 class ArchitectureOverride(APIModel):
@@ -59,23 +181,21 @@ class ArchitectureOverride(APIModel):
 
 
 class QuantizedVariants(APIModel):
-    fp8: str | None = Field(None, description="Hub id of an FP8 checkpoint of the same model.")
-    awq: str | None = Field(None, description="Hub id of an AWQ (4-bit) checkpoint of the same model.")
-    gptq: str | None = Field(None, description="Hub id of a GPTQ (4-bit) checkpoint of the same model.")
+    fp8: HubID | None = Field(None, description="Hub id of an FP8 checkpoint of the same model.")
+    awq: HubID | None = Field(None, description="Hub id of an AWQ (4-bit) checkpoint of the same model.")
+    gptq: HubID | None = Field(None, description="Hub id of a GPTQ (4-bit) checkpoint of the same model.")
 
 
 class ModelSource(APIModel):
-    name: str = Field(
-        min_length=1,
-        pattern=r"^(hf://)?[A-Za-z0-9][\w.\-]*/[\w.\-]+$",
-        description="Hugging Face Hub id (`org/name`) or `hf://org/name` of the model to serve.",
-    )
-    revision: str | None = Field(None, description="Hub revision (branch, tag or commit). Defaults to `main`.")
-    served_model_name: str | None = Field(
+    name: HubID = Field(description="Hugging Face Hub id (`org/name`) or `hf://org/name` of the model to serve.")
+    revision: CLIValue | None = Field(
+        None, description="Hub revision (branch, tag or commit). Defaults to `main`.")
+    served_model_name: CLIValue | None = Field(
         None, description="Name clients use in API requests. Defaults to `name`, even when a variant is served."
     )
     architecture: ArchitectureOverride | None = Field(
-        None, description="Override or supply config.json fields; required when the config cannot be fetched."
+        None, description="Override or supply config.json fields; required when the config cannot be fetched. "
+        "On a catalog model the fields are merged onto the catalog's config.",
     )
     variants: QuantizedVariants | None = Field(
         None, description="Pre-quantized checkpoints of the same model the planner may serve instead."
@@ -86,36 +206,72 @@ class ModelSource(APIModel):
 
 
 class Toleration(APIModel):
-    key: str | None = Field(None, description="Taint key the toleration applies to.")
+    """A pod toleration, with core/v1 ValidateTolerations' rules (so the Deployment is never rejected)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+         "message": "value must be empty when operator is Exists"},
+        {"rule": "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+         "message": "key is required unless operator is Exists"},
+        {"rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+         "message": "tolerationSeconds needs effect NoExecute"},
+    ]})
+
+    key: TolerationKey | None = Field(None, description="Taint key the toleration applies to.")
     operator: Literal["Exists", "Equal"] | None = Field(None, description="`Exists` or `Equal` (default).")
-    value: str | None = Field(None, description="Taint value to match with `Equal`.")
+    value: LabelValue | None = Field(None, description="Taint value to match with `Equal`.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect to match; empty matches all."
     )
-    toleration_seconds: int | None = Field(None, description="How long a NoExecute taint is tolerated.")
+    # bounds a float64 holds exactly: the API server reads a CRD's minimum/maximum as float64, and rejects
+    # every value when a bound (like 2^63-1) does not round-trip to an integer
+    toleration_seconds: int | None = Field(
+        None, ge=-(10**12), le=10**12, description="How long a NoExecute taint is tolerated.")
+
+    @model_validator(mode="after")
+    def _kubernetes_rules(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise invalid(f"value must be empty when operator is Exists (got {self.value!r}); "
+                          "Exists matches every value of the key")
+        if not self.key and self.operator != "Exists":
+            raise invalid("key is required unless operator is Exists (an empty key with Exists tolerates "
+                          "every taint)")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise invalid("tolerationSeconds only applies to effect NoExecute; set effect: NoExecute or remove it")
+        return self
 
 
 class GPUSelector(APIModel):
-    product: str | None = Field(
+    product: GPUProduct | None = Field(
         None,
         description="GPU from the catalog (e.g. `nvidia-h100-80gb`, `nvidia-l4`) or a GPU Feature Discovery "
         "`nvidia.com/gpu.product` value. Omit to use what the cluster's GPU nodes report.",
     )
     memory_gib: float | None = Field(
         None, alias="memoryGiB", gt=0, le=1024,
-        description="Total memory of one GPU in GiB, for GPUs not in the catalog.",
+        description="Total memory of one GPU in GiB, for GPUs not in the catalog. The pods are then not pinned "
+        "to a GPU product: pin them with nodeSelector.",
     )
     compute_capability: str | None = Field(
-        None, pattern=r"^\d+\.\d+$", description="CUDA compute capability (e.g. `8.9`), with memoryGiB."
+        None, pattern=r"^\d+\.\d+$", max_length=16,
+        description="CUDA compute capability (e.g. `8.9`), with memoryGiB.",
     )
     max_gpus: int = Field(8, alias="maxGPUs", ge=1, le=64, description="Most GPUs one replica may use. Default 8.")
-    node_selector: dict[str, str] | None = Field(None, description="Extra node labels the pods must match.")
-    tolerations: list[Toleration] | None = Field(None, description="Tolerations added to the vLLM pods.")
+    node_selector: dict[LabelKey, LabelValue] | None = Field(
+        None, max_length=32, description="Extra node labels the pods must match.",
+        json_schema_extra={"x-kubernetes-validations": [{
+            "rule": f"self.all(k, size(k) <= {rules.LABEL_KEY_MAX} && k.matches(r'{rules.LABEL_KEY}'))",
+            "message": "nodeSelector keys must be label keys: an optional DNS-subdomain prefix and '/', "
+                       "then letters, digits, '-', '_' or '.'",
+        }]},
+    )
+    tolerations: list[Toleration] | None = Field(
+        None, max_length=32, description="Tolerations added to the vLLM pods.")
 
     @model_validator(mode="after")
     def _capability_needs_memory(self) -> GPUSelector:
         if self.compute_capability and self.memory_gib is None:
-            raise ValueError("gpu.computeCapability is only used with gpu.memoryGiB")
+            raise invalid("gpu.computeCapability is only used with gpu.memoryGiB")
         return self
 
 
@@ -132,42 +288,132 @@ class ServingTargets(APIModel):
         None, ge=1, description="Concurrent sequences of maxModelLen tokens the KV cache should hold."
     )
     allowed_quantizations: list[QuantizationName] = Field(
-        default_factory=lambda: list[QuantizationName](["none"]),
+        default_factory=lambda: list[QuantizationName](["none"]), min_length=1, max_length=8,
         description="Weight formats the planner may use, best quality first: none (as published), fp8, "
         "awq, gptq. awq/gptq need a variant; fp8 uses a variant or quantizes on the fly. Default [none].",
     )
     allowed_kv_cache_dtypes: list[KVCacheDtypeName] = Field(
         default_factory=lambda: list[KVCacheDtypeName](["auto"]), alias="allowedKVCacheDtypes",
+        min_length=1, max_length=8,
         description="KV-cache dtypes the planner may use: auto (model dtype), fp8. Default [auto].",
     )
 
     @model_validator(mode="after")
     def _lengths_ordered(self) -> ServingTargets:
         if self.min_max_model_len and self.max_model_len and self.min_max_model_len > self.max_model_len:
-            raise ValueError(f"serving.minMaxModelLen ({self.min_max_model_len}) is larger than "
-                             f"serving.maxModelLen ({self.max_model_len})")
+            raise invalid(f"serving.minMaxModelLen ({self.min_max_model_len}) is larger than "
+                          f"serving.maxModelLen ({self.max_model_len})")
+        return self
+
+
+# --- environment variables: core/v1 EnvVar and EnvVarSource, the sources a pod env may use -------------
+
+
+class EnvSecretKeySelector(APIModel):
+    name: ObjectName = Field(description="Name of a Secret in the LLMDeployment's namespace.")
+    key: ConfigKey = Field(description="Key in the Secret.")
+    optional: bool | None = Field(None, description="Start the pod even when the Secret or key is missing.")
+
+
+class EnvConfigMapKeySelector(APIModel):
+    name: ObjectName = Field(description="Name of a ConfigMap in the LLMDeployment's namespace.")
+    key: ConfigKey = Field(description="Key in the ConfigMap.")
+    optional: bool | None = Field(None, description="Start the pod even when the ConfigMap or key is missing.")
+
+
+class EnvFieldSelector(APIModel):
+    api_version: Literal["v1"] | None = Field(None, description="Always v1.")
+    field_path: str = Field(
+        max_length=512, json_schema_extra=_schema_pattern(rules.ENV_FIELD_PATH),
+        description="Pod field: metadata.name, metadata.namespace, metadata.uid, metadata.labels['KEY'], "
+        "metadata.annotations['KEY'], spec.nodeName, spec.serviceAccountName, status.hostIP(s), status.podIP(s).",
+    )
+
+    @field_validator("field_path")
+    @classmethod
+    def _known_field(cls, path: str) -> str:
+        problem = rules.field_path_problem(path)
+        if problem is not None:
+            raise invalid(problem)
+        return path
+
+
+class EnvResourceFieldSelector(APIModel):
+    container_name: Literal["vllm"] | None = Field(None, description="The vLLM container (the only one).")
+    resource: Literal["limits.cpu", "limits.memory", "limits.ephemeral-storage",
+                      "requests.cpu", "requests.memory", "requests.ephemeral-storage"] = Field(
+        description="Which request or limit of the vLLM container.")
+    divisor: int | str | None = Field(None, description="Unit: 1 or 1m for cpu; 1, 1Ki, 1Mi, 1Gi, 1M... for bytes.")
+
+    @model_validator(mode="after")
+    def _supported_divisor(self) -> EnvResourceFieldSelector:
+        problem = None if self.divisor is None else rules.divisor_problem(self.resource, self.divisor)
+        if problem is not None:
+            raise invalid(problem)
+        return self
+
+
+class EnvVarSource(APIModel):
+    """Exactly one source, as core/v1 validateEnvVarValueFrom requires."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "[has(self.secretKeyRef), has(self.configMapKeyRef), has(self.fieldRef), "
+                "has(self.resourceFieldRef)].filter(x, x).size() == 1",
+        "message": "valueFrom needs exactly one of secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef",
+    }]})
+
+    secret_key_ref: EnvSecretKeySelector | None = Field(None, description="A key of a Secret.")
+    config_map_key_ref: EnvConfigMapKeySelector | None = Field(None, description="A key of a ConfigMap.")
+    field_ref: EnvFieldSelector | None = Field(None, description="A field of the pod (downward API).")
+    resource_field_ref: EnvResourceFieldSelector | None = Field(
+        None, description="A request or limit of the vLLM container.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVarSource:
+        given = [s for s in (self.secret_key_ref, self.config_map_key_ref, self.field_ref, self.resource_field_ref)
+                 if s is not None]
+        if len(given) != 1:
+            raise invalid("valueFrom needs exactly one of secretKeyRef, configMapKeyRef, fieldRef or "
+                          f"resourceFieldRef (got {len(given)})")
         return self
 
 
 class EnvVar(APIModel):
-    name: str = Field(min_length=1, description="Environment variable name.")
-    value: str | None = Field(None, description="Literal value.")
-    value_from: dict[str, Any] | None = Field(
-        None, description="Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef...)."
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "!has(self.valueFrom) || !has(self.value) || self.value == ''",
+        "message": "set value or valueFrom, not both",
+    }]})
+
+    name: EnvVarName = Field(description="Environment variable name.")
+    value: str | None = Field(None, max_length=32768, description="Literal value.")
+    value_from: EnvVarSource | None = Field(
+        None, description="Where the value comes from: secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef."
     )
+
+    @model_validator(mode="after")
+    def _value_or_source(self) -> EnvVar:
+        if self.value and self.value_from is not None:
+            raise invalid(f"{self.name}: set value or valueFrom, not both")
+        return self
 
 
 class VLLMSettings(APIModel):
-    image: str | None = Field(None, description="vLLM container image. Defaults to the operator's default.")
+    image: ImageReference | None = Field(
+        None, description="vLLM container image. Defaults to the operator's default.")
     version: str | None = Field(
-        None, pattern=r"^v?\d+\.\d+(\.\d+)?$",
+        None, pattern=r"^v?\d+\.\d+(\.\d+)?$", max_length=32,
         description="vLLM version in the image (decides defaults and accepted flags). Defaults to the "
         "operator's default.",
     )
-    extra_args: list[str] = Field(
-        default_factory=list, description="Extra `vllm serve` arguments, appended after the planned ones."
+    extra_args: list[ExtraArg] = Field(
+        default_factory=list, max_length=64,
+        description="Extra `vllm serve` arguments, appended after the planned ones. Not --port, --host, --uds "
+        "(the Service and the probes use port 8000), --api-key or --hf-token (use env with a secretKeyRef).",
     )
-    env: list[EnvVar] = Field(default_factory=list, description="Extra environment variables for vLLM.")
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=64, description="Extra environment variables for vLLM.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
     gpu_memory_utilization: float | None = Field(
         None, gt=0, le=1, description="Pin vLLM's gpu_memory_utilization instead of the version default."
     )
@@ -175,14 +421,58 @@ class VLLMSettings(APIModel):
     max_num_seqs: int | None = Field(None, ge=1, description="Pin vLLM's max_num_seqs.")
     max_num_batched_tokens: int | None = Field(None, ge=1, description="Pin vLLM's max_num_batched_tokens.")
 
+    @field_validator("env")
+    @classmethod
+    def _unique_names(cls, env: list[EnvVar]) -> list[EnvVar]:
+        first: dict[str, int] = {}
+        for i, var in enumerate(env):
+            if var.name in first:
+                raise invalid(f"{var.name} is set twice (env[{first[var.name]}] and env[{i}]); keep one")
+            first[var.name] = i
+        return env
+
+
+class ResourceList(APIModel):
+    """CPU, memory and ephemeral storage; the GPUs come from the plan."""
+
+    cpu: Quantity | None = Field(None, description="CPU cores, e.g. 8 or 500m.")
+    memory: Quantity | None = Field(None, description="Memory, e.g. 64Gi.")
+    ephemeral_storage: Quantity | None = Field(
+        None, alias="ephemeral-storage", description="Local ephemeral storage, e.g. 100Gi.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_resources(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(str(k) for k in data if k not in ("cpu", "memory", "ephemeral-storage",
+                                                               "ephemeral_storage"))
+            if unknown:
+                raise invalid(f"{', '.join(unknown)} cannot be set here: only cpu, memory and ephemeral-storage "
+                              "(the operator sets nvidia.com/gpu from the plan)")
+        return data
+
+    def quantities(self) -> dict[str, int | str]:
+        """As the container spells them: {"cpu": "8", "memory": "64Gi", ...}, unset ones left out."""
+        return self.model_dump(by_alias=True, exclude_none=True)
+
 
 class ContainerResources(APIModel):
-    requests: dict[str, int | str] | None = Field(
+    requests: ResourceList | None = Field(
         None, description="CPU/memory requests of the vLLM container (GPUs are set from the plan)."
     )
-    limits: dict[str, int | str] | None = Field(
+    limits: ResourceList | None = Field(
         None, description="CPU/memory limits of the vLLM container (GPUs are set from the plan)."
     )
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> ContainerResources:
+        requests = self.requests.quantities() if self.requests else {}
+        limits = self.limits.quantities() if self.limits else {}
+        for name, request in requests.items():
+            if name in limits and rules.parse_quantity(request) > rules.parse_quantity(limits[name]):
+                raise invalid(f"requests.{name} ({request}) is more than limits.{name} ({limits[name]}); "
+                              "a request must not exceed its limit")
+        return self
 
 
 class RemediationFloors(APIModel):
@@ -218,6 +508,11 @@ class RemediationPolicy(APIModel):
     )
 
 
+#: Kopf keeps a copy of the spec in an annotation (ASCII-escaped JSON) and `kubectl apply` another; the API
+#: server caps all annotations of an object at 256 KiB together.
+SPEC_MAX_BYTES = 64 * 1024
+
+
 class LLMDeploymentSpec(APIModel):
     model: ModelSource = Field(description="The model to serve.")
     gpu: GPUSelector = Field(default_factory=GPUSelector, description="GPUs the deployment may use.")
@@ -229,12 +524,29 @@ class LLMDeploymentSpec(APIModel):
         default_factory=RemediationPolicy, description="How the operator reacts to OOM and KV saturation."
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _fits_in_an_annotation(cls, data: Any) -> Any:
+        try:
+            size = len(json.dumps(data, separators=(",", ":")))
+        except (TypeError, ValueError):
+            return data  # not JSON (a Python caller's objects): the field checks say what is wrong
+        if size > SPEC_MAX_BYTES:
+            raise invalid(f"the spec is {size // 1024} KiB as JSON; at most {SPEC_MAX_BYTES // 1024} KiB "
+                          "(the operator keeps a copy in an annotation, and Kubernetes caps annotations)")
+        return data
+
     @model_validator(mode="after")
-    def _floors_within_targets(self) -> LLMDeploymentSpec:
+    def _cross_field_rules(self) -> LLMDeploymentSpec:
         floor = self.remediation.floors.min_max_model_len
         if floor and self.serving.max_model_len and floor > self.serving.max_model_len:
-            raise ValueError(f"remediation.floors.minMaxModelLen ({floor}) is larger than "
-                             f"serving.maxModelLen ({self.serving.max_model_len})")
+            raise invalid(f"remediation.floors.minMaxModelLen ({floor}) is larger than "
+                          f"serving.maxModelLen ({self.serving.max_model_len})")
+        if self.model.hub_token_secret_ref is not None:
+            for i, var in enumerate(self.vllm.env):
+                if var.name == HUB_TOKEN_ENV:
+                    raise invalid(f"vllm.env[{i}] sets {HUB_TOKEN_ENV}, which model.hubTokenSecretRef already "
+                                  "sets; keep one")
         return self
 
 

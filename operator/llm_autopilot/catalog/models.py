@@ -8,8 +8,11 @@ The catalog parses them with the same code that parses configs fetched from the 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from types import MappingProxyType
 from typing import Any
 
 from llm_autopilot.catalog.hf_config import parse_hf_config
@@ -31,9 +34,19 @@ _PATCHES: dict[str, dict[str, Any]] = {
 }
 
 
+@dataclass(frozen=True)
+class CatalogEntry:
+    """One catalog model: its config.json fields as shipped, its checkpoint size and its variants."""
+
+    model_id: str
+    config: Mapping[str, Any]
+    checkpoint_bytes: int | None
+    variants: Mapping[WeightFormat, str]
+
+
 @cache
-def _load_all() -> dict[str, ModelArchitecture]:
-    models: dict[str, ModelArchitecture] = {}
+def _entries() -> dict[str, CatalogEntry]:
+    entries: dict[str, CatalogEntry] = {}
     folder = resources.files("llm_autopilot.catalog").joinpath("models")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".json"):
@@ -41,13 +54,22 @@ def _load_all() -> dict[str, ModelArchitecture]:
         raw: dict[str, Any] = json.loads(entry.read_text(encoding="utf-8"))
         model_id = str(raw["_model_id"])
         raw.update(_PATCHES.get(model_id, {}))
-        models[model_id] = parse_hf_config(
-            raw,
-            model_id,
-            checkpoint_bytes=raw.get("_safetensors_total_bytes"),
-            variants=_VARIANTS.get(model_id),
-        )
-    return models
+        entries[model_id] = CatalogEntry(model_id, MappingProxyType(raw), raw.get("_safetensors_total_bytes"),
+                                         MappingProxyType(_VARIANTS.get(model_id, {})))
+    return entries
+
+
+@cache
+def _load_all() -> dict[str, ModelArchitecture]:
+    return {model_id: parse_hf_config(e.config, model_id, checkpoint_bytes=e.checkpoint_bytes,
+                                      variants=e.variants or None)
+            for model_id, e in _entries().items()}
+
+
+def _catalog_id(model_id: str) -> str | None:
+    wanted = model_id.strip().removeprefix("hf://").lower()
+    matches = [m_id for m_id in _entries() if m_id.lower() == wanted or m_id.lower().split("/", 1)[-1] == wanted]
+    return matches[0] if len(matches) == 1 else None
 
 
 def catalog_models() -> list[ModelArchitecture]:
@@ -56,7 +78,11 @@ def catalog_models() -> list[ModelArchitecture]:
 
 def find_catalog_model(model_id: str) -> ModelArchitecture | None:
     """Exact Hub id, case-insensitive; also the bare name ("Qwen3-8B") when it is unambiguous."""
-    wanted = model_id.strip().removeprefix("hf://").lower()
-    matches = [m for m_id, m in _load_all().items()
-               if m_id.lower() == wanted or m_id.lower().split("/", 1)[-1] == wanted]
-    return matches[0] if len(matches) == 1 else None
+    found = _catalog_id(model_id)
+    return None if found is None else _load_all()[found]
+
+
+def find_catalog_entry(model_id: str) -> CatalogEntry | None:
+    """The catalog's config of a model (matched as find_catalog_model does), to merge an override onto."""
+    found = _catalog_id(model_id)
+    return None if found is None else _entries()[found]

@@ -1,7 +1,8 @@
 """Admission: reject malformed or infeasible LLMDeployments at `kubectl apply`, warn on risky extraArgs.
 
-Uses the same models and planner as the reconciler. Models outside the catalog are not fetched here
-(a webhook must answer within seconds): they are admitted with a warning and checked at reconcile time.
+Uses the same models and planner as the reconciler, and the same model resolution without the Hub
+(catalog, with any inline override merged on top). Models that need the Hub are not fetched here (a
+webhook must answer within seconds): they are admitted with a warning and checked at reconcile time.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from llm_autopilot.api import convert
+from llm_autopilot.api.errors import validation_message
+from llm_autopilot.api.kubernetes_rules import object_name_problem
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import UnknownGPUError, find_gpu
-from llm_autopilot.catalog.hf_config import ModelConfigError, parse_hf_config
-from llm_autopilot.catalog.models import find_catalog_model
-from llm_autopilot.controller.reconcile import format_validation_error
-from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.gpu import GPUSpec
+from llm_autopilot.hub.resolve import ModelResolutionError, resolve_offline
 from llm_autopilot.planner.plan import Infeasible, PlanRequest
 from llm_autopilot.planner.search import plan
 from llm_autopilot.render.vllm_args import conflicting_extra_args, unknown_flags
@@ -32,25 +32,14 @@ class Verdict:
     warnings: list[str] = field(default_factory=list)
 
 
-def _known_model(spec: LLMDeploymentSpec) -> ModelArchitecture | None:
-    override = spec.model.architecture
-    model_id = spec.model.name.removeprefix("hf://")
-    base = find_catalog_model(model_id) if spec.model.revision is None else None
-    if override is None:
-        return base
-    if base is not None:
-        return None  # an override on a catalog model: checked at reconcile time against the merged config
-    try:
-        return parse_hf_config(override.as_hf_config(), model_id)
-    except ModelConfigError:
-        return None
-
-
-def review(spec_body: dict[str, Any], default_vllm_version: str) -> Verdict:
+def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | None = None) -> Verdict:
+    """The webhook's answer for an LLMDeployment named ``name`` (the name is checked when given)."""
+    if name is not None and (problem := object_name_problem(name)) is not None:
+        return Verdict(False, f"metadata.name: {problem}")
     try:
         spec = LLMDeploymentSpec.model_validate(spec_body)
     except ValidationError as exc:
-        return Verdict(False, format_validation_error(exc))
+        return Verdict(False, validation_message(exc))
     warnings = []
     conflicts = conflicting_extra_args(spec.vllm.extra_args)
     if conflicts:
@@ -69,7 +58,17 @@ def review(spec_body: dict[str, Any], default_vllm_version: str) -> Verdict:
                if spec.gpu.memory_gib is not None else find_gpu(spec.gpu.product) if spec.gpu.product else None)
     except UnknownGPUError as exc:
         return Verdict(False, f"spec.gpu.product: {exc}")
-    model = _known_model(spec)
+    if spec.gpu.memory_gib is not None and not spec.gpu.node_selector:
+        warnings.append("spec.gpu.memoryGiB names no GPU product, so the pods may land on any node with "
+                        "nvidia.com/gpu; set spec.gpu.nodeSelector to pin them to the GPUs you described")
+    override = spec.model.architecture
+    try:
+        model = resolve_offline(spec.model.name, revision=spec.model.revision,
+                                override=override.as_hf_config() if override else None,
+                                override_checkpoint_bytes=override.weight_bytes if override else None,
+                                variants=convert.variants(spec))
+    except ModelResolutionError as exc:
+        return Verdict(False, f"spec.model.architecture: {exc}")
     if model is None:
         warnings.append(f"{spec.model.name} is not in the built-in catalog: its config is fetched and the plan "
                         "checked when the operator reconciles it")
@@ -77,7 +76,6 @@ def review(spec_body: dict[str, Any], default_vllm_version: str) -> Verdict:
     if gpu is None:
         warnings.append("spec.gpu.product is not set: the operator plans on the cluster's GPU nodes")
         return Verdict(True, warnings=warnings)
-    model = ModelArchitecture(**{**model.__dict__, "variants": {**model.variants, **convert.variants(spec)}})
     result = plan(PlanRequest(model, gpu, behaviour, convert.targets(spec)))
     if isinstance(result, Infeasible):
         return Verdict(False, result.message)

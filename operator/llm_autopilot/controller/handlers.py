@@ -159,8 +159,8 @@ def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
         return
 
 
-def validate(spec: kopf.Spec, warnings: list[str], **_: Any) -> None:
-    verdict = review(dict(spec), SETTINGS.default_vllm_version)
+def validate(spec: kopf.Spec, name: str, warnings: list[str], **_: Any) -> None:
+    verdict = review(dict(spec), SETTINGS.default_vllm_version, name=name)
     telemetry.ADMISSION.labels("allowed" if verdict.allowed else "rejected").inc()
     warnings.extend(verdict.warnings)
     if not verdict.allowed:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llm_autopilot.catalog.hf_config import ModelConfigError, parse_hf_config
-from llm_autopilot.catalog.models import find_catalog_model
+from llm_autopilot.catalog.models import find_catalog_entry, find_catalog_model
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.precision import WeightFormat
 from llm_autopilot.hub.client import HubClient, ModelFetchError
@@ -25,6 +25,51 @@ def hub_id(name: str) -> str:
     return name.strip().removeprefix("hf://")
 
 
+#: Override fields that leave the weights as they are, so the catalog's checkpoint size still holds.
+_WEIGHT_NEUTRAL = frozenset({"max_position_embeddings", "sliding_window"})
+
+
+def _parsed(config: Mapping[str, Any], model_id: str, checkpoint_bytes: int | None,
+            variants: Mapping[WeightFormat, str] | None) -> ModelArchitecture:
+    try:
+        base = parse_hf_config(config, model_id, checkpoint_bytes=checkpoint_bytes)
+    except ModelConfigError as exc:
+        raise ModelResolutionError(f"{model_id}: {exc}") from exc
+    merged = {**base.variants, **(variants or {})}
+    return dataclasses.replace(base, variants=merged) if merged != base.variants else base
+
+
+def resolve_offline(
+    name: str,
+    *,
+    revision: str | None = None,
+    override: Mapping[str, Any] | None = None,
+    override_checkpoint_bytes: int | None = None,
+    variants: Mapping[WeightFormat, str] | None = None,
+) -> ModelArchitecture | None:
+    """The architecture without the Hub: the catalog's config with the override merged on top, or an override
+    complete enough on its own; None when the Hub is needed. Admission and reconcile both start here."""
+    model_id = hub_id(name)
+    override = dict(override or {})
+    entry = find_catalog_entry(model_id) if revision is None else None
+    if entry is not None:
+        if not override:
+            catalog = find_catalog_model(model_id)
+            assert catalog is not None  # the entry and the parsed model come from the same files
+            return _with_variants(catalog, variants)
+        keeps_weights = set(override) <= _WEIGHT_NEUTRAL
+        checkpoint = override_checkpoint_bytes or (entry.checkpoint_bytes if keeps_weights else None)
+        return _parsed({**entry.config, **override}, entry.model_id, checkpoint,
+                       {**entry.variants, **(variants or {})})
+    if override and all(k in override for k in _REQUIRED_FOR_OVERRIDE_ONLY):
+        return _parsed(override, model_id, override_checkpoint_bytes, variants)
+    return None
+
+
+def _with_variants(model: ModelArchitecture, variants: Mapping[WeightFormat, str] | None) -> ModelArchitecture:
+    return dataclasses.replace(model, variants={**model.variants, **variants}) if variants else model
+
+
 def resolve_model(
     name: str,
     *,
@@ -34,31 +79,20 @@ def resolve_model(
     variants: Mapping[WeightFormat, str] | None = None,
     client: HubClient | None = None,
 ) -> ModelArchitecture:
-    """The architecture of ``name``: a complete override needs no look-up; the catalog needs no network."""
+    """The architecture of ``name``: offline when the catalog or the override says enough, else from the Hub."""
+    offline = resolve_offline(name, revision=revision, override=override,
+                              override_checkpoint_bytes=override_checkpoint_bytes, variants=variants)
+    if offline is not None:
+        return offline
     model_id = hub_id(name)
     override = dict(override or {})
-    base: ModelArchitecture | None = None
-    config: dict[str, Any] | None = None
-    checkpoint_bytes = override_checkpoint_bytes
-    if override and all(k in override for k in _REQUIRED_FOR_OVERRIDE_ONLY):
-        config = {}
-    elif revision is None and not override and (base := find_catalog_model(model_id)) is not None:
-        pass
-    else:
-        try:
-            files = (client or HubClient()).fetch(model_id, revision)
-        except ModelFetchError as exc:
-            missing = [k for k in _REQUIRED_FOR_OVERRIDE_ONLY if k not in override]
-            raise ModelResolutionError(
-                f"{exc}; alternatively describe the model inline (spec.model.architecture; missing: "
-                f"{', '.join(missing)})"
-            ) from exc
-        config, checkpoint_bytes = files.config, checkpoint_bytes or files.checkpoint_bytes
-    if base is None:
-        try:
-            base = parse_hf_config({**(config or {}), **override}, model_id, checkpoint_bytes=checkpoint_bytes)
-        except ModelConfigError as exc:
-            raise ModelResolutionError(f"{model_id}: {exc}") from exc
-    if variants:
-        base = dataclasses.replace(base, variants={**base.variants, **variants})
-    return base
+    try:
+        files = (client or HubClient()).fetch(model_id, revision)
+    except ModelFetchError as exc:
+        missing = [k for k in _REQUIRED_FOR_OVERRIDE_ONLY if k not in override]
+        raise ModelResolutionError(
+            f"{exc}; alternatively describe the model inline (spec.model.architecture; missing: "
+            f"{', '.join(missing)})"
+        ) from exc
+    return _parsed({**files.config, **override}, model_id, override_checkpoint_bytes or files.checkpoint_bytes,
+                   variants)

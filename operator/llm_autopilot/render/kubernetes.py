@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_autopilot.api import GROUP, KIND, VERSION
-from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.api.kubernetes_rules import parse_quantity
+from llm_autopilot.api.v1alpha1 import HUB_TOKEN_ENV, LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
 from llm_autopilot.planner.plan import Plan
 from llm_autopilot.render.vllm_args import VLLM_PORT
@@ -90,17 +91,10 @@ def _gib(value: float) -> str:
     return f"{max(1, round(value))}Gi"
 
 
-#: Kubernetes quantity suffixes (binary before decimal, so "Mi" is not read as "M")
-_QUANTITY_FACTORS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-
-
 def quantity_gib(text: str) -> float:
-    """A memory quantity ("36Gi", "192G", "1024Mi", bytes) in GiB; 0 when it cannot be read."""
-    for suffix, factor in _QUANTITY_FACTORS.items():
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * factor / 2**30
+    """A memory quantity ("36Gi", "192G", "1024Mi", "1e9", bytes) in GiB; 0 when it cannot be read."""
     try:
-        return float(text) / 2**30
+        return float(parse_quantity(text) / 2**30)
     except ValueError:
         return 0.0
 
@@ -110,6 +104,13 @@ def memory_limit_gib(inputs: WorkloadInputs) -> float:
     return quantity_gib(str(container_resources(inputs)["limits"].get("memory", "0")))
 
 
+def _at_most(default: str, limit: int | str | None) -> int | str:
+    """A default request, lowered to the spec's limit when that is smaller (a request above its limit is invalid)."""
+    if limit is not None and parse_quantity(limit) < parse_quantity(default):
+        return limit
+    return default
+
+
 def container_resources(inputs: WorkloadInputs) -> dict[str, dict[str, Any]]:
     """GPUs from the plan; CPU/memory from the spec, else a default that scales with the GPU count."""
     gpus = inputs.plan.config.num_gpus
@@ -117,10 +118,16 @@ def container_resources(inputs: WorkloadInputs) -> dict[str, dict[str, Any]]:
     requests: dict[str, Any] = {"cpu": str(2 * gpus), "memory": _gib(16 + 8 * gpus)}
     limits: dict[str, Any] = {"memory": _gib(1.5 * (16 + 8 * gpus))}
     if spec_resources is not None:
-        requests = dict(spec_resources.requests or requests)
-        limits = dict(spec_resources.limits or {})
+        limits = spec_resources.limits.quantities() if spec_resources.limits else {}
+        if spec_resources.requests is not None:
+            requests = spec_resources.requests.quantities()
+        else:
+            requests = {name: _at_most(value, limits.get(name)) for name, value in requests.items()}
     if inputs.memory_limit_gib is not None:
+        # remediation raises the limit; never below the request, which the API server would refuse
         limits["memory"] = _gib(inputs.memory_limit_gib)
+        if "memory" in requests and parse_quantity(requests["memory"]) > parse_quantity(limits["memory"]):
+            limits["memory"] = requests["memory"]
     requests[GPU_RESOURCE] = str(gpus)  # quantities as the API server returns them
     limits[GPU_RESOURCE] = str(gpus)
     return {"requests": requests, "limits": limits}
@@ -130,7 +137,7 @@ def _env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
     ref = inputs.spec.model.hub_token_secret_ref
     if ref is not None:  # the token never appears in the object, only a reference to the Secret
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+        env.append({"name": HUB_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     for var in inputs.spec.vllm.env:
         env.append(var.model_dump(by_alias=True, exclude_none=True))
     return env
@@ -141,7 +148,11 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
             "timeoutSeconds": 5}
 
 
-def _affinity(inputs: WorkloadInputs) -> dict[str, Any]:
+def _affinity(inputs: WorkloadInputs) -> dict[str, Any] | None:
+    """Nodes with one of the planned GPU products; None for a GPU known only by its memory (spec.gpu.memoryGiB),
+    where an `In` with no values would be rejected: spec.gpu.nodeSelector pins those pods."""
+    if not inputs.node_products:
+        return None
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
         "matchExpressions": [{"key": GFD_PRODUCT, "operator": "In", "values": sorted(inputs.node_products)}],
     }]}}}
@@ -151,7 +162,6 @@ def deployment(inputs: WorkloadInputs) -> dict[str, Any]:
     owner, spec, plan = inputs.owner, inputs.spec, inputs.plan
     gpus = plan.config.num_gpus
     pod_spec: dict[str, Any] = {
-        "affinity": _affinity(inputs),
         "containers": [{
             "name": CONTAINER,
             "image": inputs.image,
@@ -174,6 +184,9 @@ def deployment(inputs: WorkloadInputs) -> dict[str, Any]:
         pod_spec["nodeSelector"] = dict(spec.gpu.node_selector)
     if spec.gpu.tolerations:
         pod_spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.gpu.tolerations]
+    affinity = _affinity(inputs)
+    if affinity is not None:
+        pod_spec["affinity"] = affinity
     template_labels = labels(owner)
     obj = {
         "apiVersion": "apps/v1",

@@ -6,17 +6,19 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llm_autopilot.api.serve_flags import normalised_flag
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Plan
-from llm_autopilot.vllm.flags import flag_name, known_flags
+from llm_autopilot.vllm.flags import known_flags
 
 VLLM_PORT = 8000
 
-#: Flags the operator derives from the plan; setting them in extraArgs fights the planner.
+#: Flags the operator derives from the plan; setting them in extraArgs fights the planner. (--port and
+#: the other flags that break the pod are refused outright: api/serve_flags.py.)
 OPERATOR_OWNED_FLAGS = frozenset({
     "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--max-model-len",
     "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-dtype",
-    "--quantization", "-q", "--enforce-eager", "--port", "--served-model-name", "--revision", "--model",
+    "--quantization", "-q", "--enforce-eager", "--served-model-name", "--revision", "--model",
     "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--cpu-offload-gb", "--block-size",
 })
 
@@ -64,16 +66,8 @@ def command_line(plan: Plan, options: ServeOptions = ServeOptions()) -> str:
 
 
 def flags_in(args: Sequence[str]) -> list[str]:
-    """The option names in an argument list (``--x=1`` counts as ``--x``)."""
-    return [flag_name(a) for a in args if a.startswith("-") and not _is_number(a)]
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
+    """The option names in an argument list, as vLLM reads them (``--max_model_len=1`` is ``--max-model-len``)."""
+    return [flag for a in args if (flag := normalised_flag(a)) is not None]
 
 
 def unknown_flags(args: Sequence[str], version: str) -> list[str]:
