@@ -5,6 +5,7 @@ Importing this module registers the handlers; `llm-autopilot operator` runs them
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 from pathlib import Path
@@ -36,7 +37,8 @@ def kube() -> Kube:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, logger: logging.Logger | logging.LoggerAdapter[Any],
               **_: Any) -> None:
-    # Our own annotation prefix and finalizer name: the object shows who manages it.
+    # Our own annotation prefix; the finalizer name lets Kopf recognise, and remove, the finalizer that earlier
+    # versions put on every LLMDeployment (no handler needs one now: see RESYNC below).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration")
@@ -105,10 +107,40 @@ def reconcile_on_change(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     _reconcile(body, patch)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, id="resync", interval=SETTINGS.resync_seconds, initial_delay=1)
+# Deletion never waits for the operator. Kopf gives every timer a finalizer, so that it can stop the timer
+# before the object goes: with the operator stopped, `kubectl delete` then hangs (and the Deployment keeps its
+# GPUs), and during a running resync it waits up to Kopf's 60 s cancellation polling. The resync needs no
+# clean-up (owner references collect the children), so its finalizer is dropped below and Kopf removes the one
+# older versions put on objects when it next sees them. Without the finalizer Kopf learns of a deletion only
+# from the DELETED event, which would leave the timer running for an object that is gone: the event marks the
+# object's memo, and the timer's filter then no longer matches, which makes Kopf stop it.
+RESYNC = "resync"
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="deletion-stops-resync")
+def deletion_stops_resync(type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    if type == "DELETED":
+        memo["deleted"] = True
+
+
+def _not_deleted(memo: kopf.Memo, **_: Any) -> bool:
+    return not memo.get("deleted")
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, id=RESYNC, interval=SETTINGS.resync_seconds, initial_delay=1, when=_not_deleted)
 def resync(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     """Also runs first thing after an operator (re)start: resume without writing when nothing changed."""
     _reconcile(body, patch)
+
+
+def _without_finalizer(handler_id: str, registry: kopf.OperatorRegistry) -> None:
+    """Let a timer run without holding its objects' deletion (Kopf's decorators offer no option for it)."""
+    spawning = registry._spawning
+    spawning._handlers = [dataclasses.replace(h, requires_finalizer=False) if h.id == handler_id else h
+                          for h in spawning._handlers]
+
+
+_without_finalizer(RESYNC, kopf.get_default_registry())
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={OWNER_LABEL: kopf.PRESENT}, id="deployment-readiness")
