@@ -12,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import kopf
+from kubernetes import client
 
 from llm_autopilot.api import GROUP, PLURAL, VERSION
 from llm_autopilot.api.conditions import READY, deployment_ready, get_condition, set_condition
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.controller import telemetry
+from llm_autopilot.controller.access import referenced_secrets, unreadable_secrets_message
 from llm_autopilot.controller.admission import review
 from llm_autopilot.controller.certs import self_signed
 from llm_autopilot.controller.kube import Kube, load_config
@@ -165,12 +168,25 @@ def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
     k.patch_llmd_status(namespace, parent["metadata"]["name"], {"conditions": conditions})
 
 
-def validate(spec: kopf.Spec, warnings: list[str], **_: Any) -> None:
+def _secret_refusal(spec: kopf.Spec, userinfo: kopf.UserInfo, namespace: str | None) -> str | None:
+    """Why the requesting user may not hand the referenced Secrets to pods (None: they may, or none are named)."""
+    names = referenced_secrets(LLMDeploymentSpec.model_validate(dict(spec)))
+    if not names:
+        return None
+    if not namespace:
+        return "cannot check access to the referenced Secrets: the request names no namespace"
+    return unreadable_secrets_message(client.AuthorizationV1Api(kube().api), userinfo, namespace, names)
+
+
+def validate(spec: kopf.Spec, warnings: list[str], userinfo: kopf.UserInfo, namespace: str | None,
+             **_: Any) -> None:
     verdict = review(dict(spec), SETTINGS.default_vllm_version)
-    telemetry.ADMISSION.labels("allowed" if verdict.allowed else "rejected").inc()
+    refusal = verdict.message if not verdict.allowed else _secret_refusal(spec, userinfo, namespace)
+    telemetry.ADMISSION.labels("rejected" if refusal is not None else "allowed").inc()
     warnings.extend(verdict.warnings)
-    if not verdict.allowed:
-        raise kopf.AdmissionError(verdict.message, code=422)
+    if refusal is not None:
+        # 403 for access, 422 for a spec that cannot work
+        raise kopf.AdmissionError(refusal, code=422 if not verdict.allowed else 403)
 
 
 if SETTINGS.webhook_enabled:  # Kopf refuses to start with admission handlers but no server
