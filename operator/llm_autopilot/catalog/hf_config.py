@@ -260,4 +260,4 @@ def parse_hf_config(
             variants=dict(variants or {}),
         )
     except InvalidArchitecture as exc:
-        raise ModelConfigError(f"config.json does not describe a model: {exc}") from exc
+        raise ModelConfigError(f"config.json does not describe a model: {'; '.join(exc.problems)}") from exc

@@ -10,6 +10,10 @@ from llm_autopilot.domain.precision import TORCH_DTYPE_BYTES, WeightFormat
 class InvalidArchitecture(ValueError):
     """The numbers cannot describe a model vLLM could build; the message names each broken rule."""
 
+    def __init__(self, model_id: str, problems: list[str]) -> None:
+        super().__init__(f"{model_id}: {'; '.join(problems)}")
+        self.problems = problems
+
 
 @dataclass(frozen=True)
 class MoE:
@@ -79,7 +83,7 @@ class ModelArchitecture:
     def __post_init__(self) -> None:
         problems = structural_problems(self)
         if problems:
-            raise InvalidArchitecture(f"{self.model_id}: {'; '.join(problems)}")
+            raise InvalidArchitecture(self.model_id, problems)
 
     @property
     def num_full_attention_layers(self) -> int:
