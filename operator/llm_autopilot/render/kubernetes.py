@@ -35,11 +35,15 @@ _STARTUP_PERIOD = 10
 # getpass.getuser()) find one.
 RUN_AS_USER = 65534
 HOME_DIR = "/home/vllm"
-POD_SECURITY_CONTEXT: dict[str, Any] = {
-    "runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _pod_security_context() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _container_security_context() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
 @dataclass(frozen=True)
@@ -180,7 +184,7 @@ def deployment(inputs: WorkloadInputs) -> dict[str, Any]:
             "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
             "env": [*_env(inputs), *_home_env(inputs)],
             "resources": container_resources(inputs),
-            "securityContext": CONTAINER_SECURITY_CONTEXT,
+            "securityContext": _container_security_context(),
             "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME_DIR}],
             "startupProbe": _probe("/health", _STARTUP_PERIOD, STARTUP_SECONDS // _STARTUP_PERIOD),
             "readinessProbe": _probe("/health", 5, 3),
@@ -193,7 +197,7 @@ def deployment(inputs: WorkloadInputs) -> dict[str, Any]:
         "terminationGracePeriodSeconds": 60,
         # vLLM never calls the Kubernetes API: the model code it runs gets no ServiceAccount token
         "automountServiceAccountToken": False,
-        "securityContext": POD_SECURITY_CONTEXT,
+        "securityContext": _pod_security_context(),
     }
     if spec.gpu.node_selector:
         pod_spec["nodeSelector"] = dict(spec.gpu.node_selector)
