@@ -40,6 +40,8 @@ CHART = ROOT / "charts" / "llm-autopilot"
 HELM_PY = ROOT / "hack" / "helm.py"
 EXAMPLES = ROOT / "examples"
 RESYNC_SECONDS = 3
+#: a namespaceSelector label no namespace has: the chart's in-cluster webhook (unreachable here) selects nothing
+NO_NAMESPACE = "e2e-no-namespace=selected"
 #: the release namespace and watched namespaces of the offline renders (created for the dry-runs)
 DRY_NS, DRY_WATCHED = "chart-dry", ("chart-dry-a", "chart-dry-b")
 #: documented hand-over bounds (charts/llm-autopilot/README.md, "High availability")
@@ -52,6 +54,7 @@ MODES: dict[str, list[str]] = {
     "default": [],
     "cluster": ["--set", "rbac.scope=cluster"],
     "namespaced": ["--set", "rbac.scope=namespaced", "--set", f"watchNamespaces={{{','.join(DRY_WATCHED)}}}"],
+    "cluster-listed": ["--set", "rbac.scope=cluster", "--set", f"watchNamespaces={{{','.join(DRY_WATCHED)}}}"],
     "webhook-cert-manager": ["--set", "webhook.enabled=true", "--set", "webhook.certManager.enabled=true"],
     "webhook-self-signed": ["--set", "webhook.enabled=true", "--set", "webhook.certManager.enabled=false"],
     "no-webhook": ["--set", "webhook.enabled=false"],
@@ -69,6 +72,7 @@ MODES: dict[str, list[str]] = {
 
 # ---- The reviewed RBAC: what the operator really uses (found by running it with the chart's token). ----
 Rule = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]  # (apiGroups, resources, verbs)
+SECRETS_RULE: Rule = (("",), ("secrets",), ("get",))  # Hub token (rbac.readSecrets), in watched namespaces only
 NAMESPACED_RULES: list[Rule] = [
     (("llm-autopilot.io",), ("llmdeployments",), ("get", "list", "watch", "patch")),  # Kopf watch + metadata
     (("llm-autopilot.io",), ("llmdeployments/status",), ("patch",)),
@@ -79,7 +83,7 @@ NAMESPACED_RULES: list[Rule] = [
     (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
     (("",), ("pods",), ("list",)),  # crash evidence
     (("",), ("pods/log",), ("get",)),  # the previous container's log: vLLM's root cause of a crash
-    (("",), ("secrets",), ("get",)),  # Hub token (rbac.readSecrets)
+    SECRETS_RULE,
     (("",), ("events",), ("create",)),
 ]
 CLUSTER_RULES: list[Rule] = [
@@ -87,6 +91,8 @@ CLUSTER_RULES: list[Rule] = [
     (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("list", "watch")),  # Kopf's resource observer
 ]
 NAMESPACES_RULE: Rule = (("",), ("namespaces",), ("list", "watch"))  # Kopf, when namespaces are listed
+# the webhook: may the requesting user read the Secrets a spec names (controller/access.py)
+SAR_RULE: Rule = (("authorization.k8s.io",), ("subjectaccessreviews",), ("create",))
 CLUSTER_PEERING_RULE: Rule = (("kopf.dev",), ("clusterkopfpeerings",), ("list", "watch", "patch"))
 PEERING_RULE: Rule = (("kopf.dev",), ("kopfpeerings",), ("list", "watch", "patch"))
 
@@ -182,13 +188,14 @@ def release(chart_cluster: Kubectl, helm: Path, namespace: str) -> Iterator[str]
     """The chart installed with `helm install` into the test namespace, watching only that namespace.
 
     The in-cluster webhook Service is unreachable on this cluster (no kube-proxy: the API server reaches
-    webhooks only by URL), so the chart's webhook objects are left out here and the tests register the same
-    ValidatingWebhookConfiguration with a loopback URL instead.
+    webhooks only by URL), so the chart's ValidatingWebhookConfiguration selects no namespace here and the tests
+    register the same configuration with a loopback URL instead; the webhook's RBAC is the chart's.
     """
     name = f"la-{namespace.removeprefix('e2e-')}"
     run_helm(helm, "install", name, str(CHART), "--namespace", namespace, "--wait=false",
              "--set", "rbac.scope=namespaced", "--set", f"watchNamespaces={{{namespace}}}",
-             "--set", "peering.enabled=true", "--set", "webhook.enabled=false", env=chart_cluster.env)
+             "--set", "peering.enabled=true", "--set", f"webhook.namespaceSelector.matchLabels.{NO_NAMESPACE}",
+             env=chart_cluster.env)
     yield name
     run_helm(helm, "uninstall", name, "--namespace", namespace, env=chart_cluster.env, check=False)
 
@@ -310,28 +317,64 @@ def _no_wildcards(rules: list[Rule]) -> None:
 
 
 def test_rbac_grants_exactly_the_reviewed_rules(helm: Path) -> None:
-    # cluster mode, standalone: one ClusterRole
+    # cluster mode, every namespace, standalone: one ClusterRole
     cluster = one(render(helm, *MODES["cluster"]), "ClusterRole")
-    assert rules_of(cluster) == NAMESPACED_RULES + CLUSTER_RULES
+    assert rules_of(cluster) == [*NAMESPACED_RULES, *CLUSTER_RULES, SAR_RULE]
     # cluster mode, HA: plus the cluster-scoped peering object
     assert rules_of(one(render(helm, *MODES["ha"]), "ClusterRole")) == [
-        *NAMESPACED_RULES, CLUSTER_PEERING_RULE, *CLUSTER_RULES]
-    # no Secrets when told so
+        *NAMESPACED_RULES, CLUSTER_PEERING_RULE, *CLUSTER_RULES, SAR_RULE]
+    # no webhook, no access reviews; no Secrets when told so
+    assert rules_of(one(render(helm, *MODES["no-webhook"]), "ClusterRole")) == [*NAMESPACED_RULES, *CLUSTER_RULES]
     no_secrets = rules_of(one(render(helm, "--set", "rbac.readSecrets=false"), "ClusterRole"))
     assert all("secrets" not in resources for _, resources, _ in no_secrets)
-    # namespaced mode: a Role per watched namespace; the ClusterRole holds cluster-scoped reads only
+    # namespaced mode: a Role per watched namespace; the ClusterRole holds cluster-scoped rules only
     docs = render(helm, *MODES["namespaced"])
     roles = [d for d in docs if d["kind"] == "Role"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(DRY_WATCHED)
     for role in roles:
         assert rules_of(role) == NAMESPACED_RULES
-    assert rules_of(one(docs, "ClusterRole")) == [*CLUSTER_RULES, NAMESPACES_RULE]
+    assert rules_of(one(docs, "ClusterRole")) == [*CLUSTER_RULES, NAMESPACES_RULE, SAR_RULE]
     ha_docs = render(helm, *MODES["ha-namespaced"])
     assert rules_of(one(ha_docs, "Role")) == [*NAMESPACED_RULES, PEERING_RULE]
+    # cluster mode with listed namespaces: the namespaced rules in one ClusterRole, bound per namespace
+    listed = render(helm, *MODES["cluster-listed"])
+    cluster_roles = {d["metadata"]["name"]: rules_of(d) for d in listed if d["kind"] == "ClusterRole"}
+    assert cluster_roles == {"la-llm-autopilot-cluster": [*CLUSTER_RULES, NAMESPACES_RULE, SAR_RULE],
+                             "la-llm-autopilot-namespaced": NAMESPACED_RULES}
+    bindings = {(d["metadata"].get("namespace"), d["roleRef"]["name"]) for d in listed if d["kind"].endswith("Binding")}
+    assert bindings == {(None, "la-llm-autopilot-cluster"),
+                        *((ns, "la-llm-autopilot-namespaced") for ns in DRY_WATCHED)}
+    ha_listed = render(helm, *MODES["ha-cluster-scope-listed"])
+    assert rules_of(next(d for d in ha_listed if d["metadata"]["name"] == "la-llm-autopilot-namespaced")) == [
+        *NAMESPACED_RULES, PEERING_RULE]
     for docs in (render(helm, *mode) for mode in MODES.values()):
         for obj in docs:
             if obj["kind"] in ("Role", "ClusterRole"):
                 _no_wildcards(rules_of(obj))
+
+
+def _cluster_wide_rules(docs: list[dict[str, Any]]) -> list[Rule]:
+    """What ClusterRoleBindings grant: effective in every namespace."""
+    roles = {d["metadata"]["name"]: rules_of(d) for d in docs if d["kind"] == "ClusterRole"}
+    return [rule for d in docs if d["kind"] == "ClusterRoleBinding" for rule in roles[d["roleRef"]["name"]]]
+
+
+@pytest.mark.parametrize("mode", ["namespaced", "cluster-listed", "ha-namespaced", "ha-cluster-scope-listed"])
+def test_listed_namespaces_grant_nothing_namespaced_outside_them(helm: Path, mode: str) -> None:
+    """With watchNamespaces, Secrets (and every other namespaced right) are bound in those namespaces only (D9)."""
+    docs = render(helm, *MODES[mode])
+    wide = _cluster_wide_rules(docs)
+    assert all("secrets" not in resources for _, resources, _ in wide), wide
+    assert [r for r in wide if r not in (*CLUSTER_RULES, NAMESPACES_RULE, SAR_RULE)] == []
+    watched = {ns for flag in MODES[mode] if flag.startswith("watchNamespaces=")
+               for ns in flag.removeprefix("watchNamespaces={").removesuffix("}").split(",")}
+    granted = {d["metadata"]["namespace"] for d in docs if d["kind"] == "RoleBinding"}
+    assert granted == watched
+    for binding in (d for d in docs if d["kind"] == "RoleBinding"):
+        kind, name = binding["roleRef"]["kind"], binding["roleRef"]["name"]
+        role = one([d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name
+                    and d["metadata"].get("namespace") in (None, binding["metadata"]["namespace"])], kind)
+        assert SECRETS_RULE in rules_of(role)  # there, and only there
 
 
 def test_chart_crd_is_the_generated_one() -> None:
@@ -402,6 +445,13 @@ def test_operator_with_the_charts_service_account(chart_cluster: Kubectl, helm: 
         kubectl("apply", "-n", namespace, "-f", "-", input=example("qwen3-8b-l4.yaml"))
         wait_for("Planned=True and a Deployment, reconciled with the chart's ServiceAccount",
                  lambda: planned(kubectl, namespace, "qwen3-8b"), timeout=90)
+        # a spec that names a Secret: the webhook's SubjectAccessReview (the chart grants create) lets it in
+        kubectl("create", "secret", "generic", "hf-token", "--from-literal=token=hf_test", "-n", namespace)
+        with_token = yaml.safe_load(example("qwen3-8b-l4.yaml", "with-token"))
+        with_token["spec"]["model"]["hubTokenSecretRef"] = {"name": "hf-token"}
+        admitted = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=yaml.safe_dump(with_token),
+                           check=False)
+        assert admitted.returncode == 0, admitted.stderr
         for kind in ("service", "poddisruptionbudget"):
             assert kubectl.maybe(kind, "qwen3-8b", "-n", namespace) is not None
 

@@ -149,7 +149,8 @@ def test_valid_env_sources_render_as_given() -> None:
            {"name": ".hidden", "value": ""}]
     body = spec(vllm={"env": env})
     assert review(body, V).allowed
-    assert pod_spec(body)["containers"][0]["env"] == env
+    # then the pod's own HOME on its emptyDir (the restricted pod runs as non-root; the spec's HOME would win)
+    assert pod_spec(body)["containers"][0]["env"] == [*env, {"name": "HOME", "value": "/home/vllm"}]
 
 
 def test_default_requests_never_exceed_a_smaller_limit() -> None:

@@ -294,3 +294,96 @@ def test_unknown_option_is_a_usage_error() -> None:
     assert result.returncode == 2
     assert "No such option" in result.stderr
     assert result.stdout == ""
+
+
+# --- nonsense input and internal errors (the review's D18/D19) ------------------------------------------
+
+LLAMA_CONFIG = '"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, ' \
+    '"num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256'
+
+
+def _nonsense_configs(tmp: Path) -> list[tuple[str, str]]:
+    """(config.json text, what the one-line error must say): each was planned, or crashed, before."""
+    cases = [
+        ('"architectures": 5', "'architectures' must be a list of class names"),  # was TypeError
+        ('"num_attention_heads": 0.5', "'num_attention_heads' must be a whole number >= 1, got 0.5"),  # ZeroDivision
+        ('"hidden_size": 1e400', "'hidden_size' must be a whole number >= 1, got inf"),  # was OverflowError
+        ('"quantization_config": {"quant_method": "awq", "bits": [4]}', "'bits' must be a whole number"),  # TypeError
+        ('"quantization_config": {"quant_method": "gptq", "group_size": "128"}', "'group_size' must be a whole"),
+        ('"quantization_config": "awq"', "'quantization_config' must be an object"),
+        ('"hidden_size": 16', "head_dim must be at least 1, got 0"),  # was planned: 0 KV bytes, fits true
+        ('"hidden_size": 0.5', "'hidden_size' must be a whole number >= 1, got 0.5"),
+        ('"num_key_value_heads": 64', "num_key_value_heads (64) exceeds num_attention_heads (32)"),
+        ('"num_key_value_heads": 0', "'num_key_value_heads' must be a whole number >= 1, got 0"),  # was silently MHA
+        ('"num_key_value_heads": 5', "num_attention_heads (32) is not divisible by num_key_value_heads (5)"),
+        ('"torch_dtype": "int4"', "torch_dtype 'int4' is not a weight dtype"),
+        ('"torch_dtype": ["bfloat16"]', "'torch_dtype' must be a dtype name"),
+        ('"head_dim": -128', "'head_dim' must be a whole number >= 1, got -128"),
+        ('"max_position_embeddings": -4096', "'max_position_embeddings' must be a whole number >= 1"),
+        ('"tie_word_embeddings": "yes"', "'tie_word_embeddings' must be true or false"),
+        ('"num_experts": 8, "num_experts_per_tok": 9, "moe_intermediate_size": 1408',
+         "num_experts_per_tok (9) exceeds the 8 experts"),
+        ('"num_experts": 8, "num_experts_per_tok": 2.5, "moe_intermediate_size": 1408',
+         "'num_experts_per_tok' must be a whole number"),
+        ('"kv_lora_rank": 512, "qk_rope_head_dim": 0, "qk_nope_head_dim": 128, "v_head_dim": 128',
+         "'qk_rope_head_dim' must be a whole number >= 1, got 0"),
+    ]
+    result = []
+    for index, (fields, message) in enumerate(cases):
+        path = tmp / f"nonsense-{index}.json"
+        # later keys win in json.loads, so each case overrides the valid Llama fields
+        path.write_text(f"{{{LLAMA_CONFIG}, {fields}}}", encoding="utf-8")
+        result.append((str(path), message))
+    return result
+
+
+def test_nonsense_architectures_are_user_mistakes_not_plans_or_crashes(tmp_path: Path) -> None:
+    cases = _nonsense_configs(tmp_path)
+    commands = [(command, "--model-config", path, *GPU) for path, _ in cases for command in ("plan", "estimate")]
+    results = run_all(*commands)
+    for args, result in zip(commands, results, strict=True):
+        message = next(m for path, m in cases if path == args[2])
+        assert result.returncode == 2, (args, result.stderr, result.stdout)
+        assert result.stdout == "", args
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (args, result.stderr)
+        assert message in lines[0], (args, lines[0])
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (("--gpu-memory-gib", "inf"), "--gpu-memory-gib must be positive and finite"),  # was OverflowError
+    (("--gpu-memory-gib", "1e300"), "--gpu-memory-gib must be positive and finite"),  # was OverflowError
+    (("--gpu-memory-gib", "nan"), "--gpu-memory-gib must be positive and finite"),  # was "cannot convert NaN"
+    (("--gpu-memory-gib", "-1"), "--gpu-memory-gib must be positive and finite"),
+    (("--gpu-memory-gib", "80", "--compute-capability", "-1.-1"), "--compute-capability takes MAJOR.MINOR"),
+    (("--gpu-memory-gib", "80", "--compute-capability", "9"), "--compute-capability takes MAJOR.MINOR"),
+    (("--gpu-memory-gib", "80", "--compute-capability", "x.y"), "--compute-capability takes MAJOR.MINOR"),
+    (("--gpu", H100, "--gpu-memory-utilization", "nan"), "'nan' is not a finite number"),
+])
+def test_nonsense_gpu_options_are_user_mistakes(options: tuple[str, ...], message: str) -> None:
+    for command in ("plan", "estimate"):
+        result = run(command, *MODEL, *options)
+        assert result.returncode == 2, (command, options, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+        assert message in lines[0], lines[0]
+
+
+def test_usage_errors_are_one_line_too() -> None:
+    result = run("estimate", *MODEL, *GPU, "--tensor-parallel", "2")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: No such option '--tensor-parallel'. (Did you mean one of: '--pipeline-parallel-size', "
+        "'--tensor-parallel-size'?) (see llm-autopilot estimate --help)"]
+
+
+def test_internal_errors_exit_3_with_one_line() -> None:
+    """A failure that is not the user's input (here: stdout cannot be written) is told apart from a mistake
+    (2) and from "no plan fits" (1)."""
+    with open("/dev/full", "w", encoding="utf-8") as full:
+        result = subprocess.run([*_command(), "catalog", "models", "-o", "json"], stdout=full, stderr=subprocess.PIPE,
+                                text=True, env=_env(), timeout=60, check=False)
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("internal error: OSError: [Errno 28]") and "LLM_AUTOPILOT_DEBUG=1" in lines[0]

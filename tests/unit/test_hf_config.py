@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from llm_autopilot.catalog.hf_config import ModelConfigError, parse_hf_config, parse_quantization_config
 from llm_autopilot.catalog.models import catalog_models, find_catalog_model
+from llm_autopilot.domain.architecture import InvalidArchitecture, structural_problems
 from llm_autopilot.domain.precision import WeightFormat
-from tests.conftest import model
+from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.planner.memory import estimate
+from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, behaviour_of
+from tests.conftest import gpu, model
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
          "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -40,7 +49,7 @@ def test_missing_required_field_names_it(missing: str) -> None:
 
 
 def test_non_positive_field_is_rejected() -> None:
-    with pytest.raises(ModelConfigError, match="positive integer"):
+    with pytest.raises(ModelConfigError, match="whole number >= 1"):
         parse_hf_config({**LLAMA, "hidden_size": 0}, "x")
 
 
@@ -143,3 +152,72 @@ def test_catalog_variants_point_at_catalog_checkpoints() -> None:
             assert variant is not None, variant_id
             assert variant.weight_format is fmt
             assert variant.num_layers == m.num_layers
+
+
+def test_zero_kv_heads_is_refused_not_read_as_multi_head_attention() -> None:
+    with pytest.raises(ModelConfigError, match="'num_key_value_heads' must be a whole number >= 1, got 0"):
+        parse_hf_config({**LLAMA, "num_key_value_heads": 0}, "x")
+
+
+def test_integral_floats_are_whole_numbers() -> None:
+    assert parse_hf_config({**LLAMA, "hidden_size": 4096.0}, "x").hidden_size == 4096
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"hidden_size": 8}, "head_dim must be at least 1, got 0"),  # hidden < heads
+    ({"num_key_value_heads": 48}, "num_key_value_heads (48) exceeds num_attention_heads (32)"),
+    ({"num_key_value_heads": 3}, "not divisible by num_key_value_heads (3)"),
+    ({"torch_dtype": "int4"}, "torch_dtype 'int4' is not a weight dtype"),
+    ({"sliding_window": 0}, "'sliding_window' must be a whole number >= 1, got 0"),
+    ({"text_config": {"num_attention_heads": True}}, "'num_attention_heads' must be a whole number"),
+])
+def test_structural_nonsense_is_refused_with_the_rule(override: dict[str, object], message: str) -> None:
+    with pytest.raises(ModelConfigError, match=re.escape(message)):
+        parse_hf_config({**LLAMA, **override}, "x")
+
+
+def test_architecture_refuses_nonsense_when_built_directly() -> None:
+    llama = parse_hf_config(LLAMA, "x")
+    with pytest.raises(InvalidArchitecture, match=re.escape("num_attention_heads (32) is not divisible")):
+        dataclasses.replace(llama, num_kv_heads=7)
+    moe = model("Qwen/Qwen3-30B-A3B").moe
+    assert moe is not None
+    with pytest.raises(InvalidArchitecture, match="exceeds the 128 experts"):
+        dataclasses.replace(llama, moe=dataclasses.replace(moe, experts_per_token=129))
+
+
+# Values a hand-written or corrupted config.json may hold, including the JSON numbers Python reads as inf.
+HOSTILE = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8), st.lists(st.integers(0, 8), max_size=3), st.dictionaries(st.text(max_size=4), st.integers(),
+                                                                                    max_size=2))
+FIELDS = ["hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+          "intermediate_size", "vocab_size", "max_position_embeddings", "torch_dtype", "architectures", "model_type",
+          "tie_word_embeddings", "sliding_window", "sliding_window_pattern", "layer_types", "num_experts",
+          "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts", "first_k_dense_replace",
+          "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "q_lora_rank", "quantization_config",
+          "text_config"]
+QUANTIZATION_FIELDS = ["quant_method", "bits", "w_bit", "group_size", "q_group_size", "quant_algo"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(changes=st.dictionaries(st.sampled_from(FIELDS), HOSTILE, min_size=1, max_size=4),
+       quantization=st.dictionaries(st.sampled_from(QUANTIZATION_FIELDS), st.one_of(HOSTILE, st.sampled_from(
+           ["awq", "gptq", "fp8", "modelopt", "compressed-tensors"])), max_size=3))
+def test_any_config_is_either_refused_with_a_message_or_a_consistent_model(
+        changes: dict[str, object], quantization: dict[str, object]) -> None:
+    config: dict[str, object] = {**LLAMA, **changes}
+    if quantization:
+        config["quantization_config"] = quantization
+    try:
+        m = parse_hf_config(config, "x")
+    except ModelConfigError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert structural_problems(m) == []
+    assert m.head_dim >= 1 and m.num_kv_heads >= 1 and m.num_attention_heads % m.num_kv_heads == 0
+    result = estimate(ServingConfig(model=m, gpu=gpu("nvidia-h100-80gb"), vllm=behaviour_of(DEFAULT_VLLM_VERSION),
+                                    tensor_parallel_size=1, pipeline_parallel_size=1, gpu_memory_utilization=0.9,
+                                    max_model_len=min(m.max_position_embeddings, 8192), max_num_seqs=256,
+                                    max_num_batched_tokens=2048))
+    assert not result.fits or result.kv_cache_tokens >= 1

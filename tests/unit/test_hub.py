@@ -263,7 +263,8 @@ def test_load_local_flat_hf_quant_config(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("index", [{}, {"metadata": {}}, {"metadata": {"total_size": 0}},
-                                   {"metadata": "oops"}, {"metadata": {"total_size": "12"}}])
+                                   {"metadata": "oops"}, {"metadata": {"total_size": "12"}},
+                                   {"metadata": {"total_size": float("inf")}}, {"metadata": {"total_size": True}}])
 def test_load_local_index_without_a_usable_size(tmp_path: Path, index: dict[str, Any]) -> None:
     shutil.copy(HUB_DATA / "Qwen--Qwen3-8B" / "config.json", tmp_path / "config.json")
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index), encoding="utf-8")

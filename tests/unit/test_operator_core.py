@@ -80,6 +80,21 @@ def test_readiness_from_the_deployment(status: dict[str, int] | None, replicas: 
     assert deployment_ready(dep, replicas)[:2] == expected
 
 
+def test_readiness_names_why_the_replicaset_cannot_create_pods() -> None:
+    """What the Deployment controller copies from the ReplicaSet when pod creation is refused."""
+    refused = {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+               "message": 'pods "qwen3-8b-5d8f" is forbidden: exceeded quota: no-pods, requested: pods=1'}
+    status = {"observedGeneration": 2, "updatedReplicas": 0, "availableReplicas": 0,
+              "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetCreated"}, refused]}
+    ready, reason, message = deployment_ready({"metadata": {"generation": 2}, "status": status}, 1)
+    assert (ready, reason) == (False, "FailedCreate")
+    assert message == ('the ReplicaSet cannot create pods: pods "qwen3-8b-5d8f" is forbidden: exceeded quota: '
+                       "no-pods, requested: pods=1")
+    resolved = {**status, "conditions": [{**refused, "status": "False"}], "updatedReplicas": 1, "availableReplicas": 1}
+    assert deployment_ready({"metadata": {"generation": 2}, "status": resolved}, 1)[:2] == (True, "Available")
+    assert deployment_ready({"metadata": {"generation": 2}, "status": status}, 0)[:2] == (True, "ScaledToZero")
+
+
 def test_gpu_from_gfd_labels() -> None:
     assert gpu_from_labels({"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}) == gpu("h100")
     unknown = gpu_from_labels({"nvidia.com/gpu.product": "NVIDIA-X9", "nvidia.com/gpu.memory": "49152",

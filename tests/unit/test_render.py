@@ -143,6 +143,37 @@ def test_hub_token_is_a_secret_reference_never_inline() -> None:
     assert env[1] == {"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}
 
 
+#: volume types the "restricted" Pod Security Standard allows
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}
+
+
+def test_pods_meet_the_restricted_pod_security_standard() -> None:
+    pod = workload(inputs())[0]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False  # the model code gets no API token
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] not in (None, 0)
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "hostNetwork" not in pod and "hostPID" not in pod and "hostIPC" not in pod
+    for volume in pod["volumes"]:
+        assert set(volume) - {"name"} <= RESTRICTED_VOLUMES, volume
+    for container in pod["containers"]:
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+        assert not sc.get("privileged") and sc.get("runAsUser", 1) != 0 and "ports" not in sc
+        assert all("hostPort" not in port for port in container["ports"])
+        # non-root: caches go to HOME, which must be a mounted, writable volume (the image's is /root)
+        home = next(e["value"] for e in container["env"] if e["name"] == "HOME")
+        mount = next(m for m in container["volumeMounts"] if m["mountPath"] == home)
+        assert not mount.get("readOnly")
+        assert next(v for v in pod["volumes"] if v["name"] == mount["name"])["emptyDir"] == {}
+
+
+def test_a_home_set_in_the_spec_wins_without_a_duplicate() -> None:
+    dep = workload(inputs(vllm={"env": [{"name": "HOME", "value": "/models"}]}))[0]
+    env = dep["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e for e in env if e["name"] == "HOME"] == [{"name": "HOME", "value": "/models"}]
+
+
 def test_resources_default_and_override() -> None:
     default = workload(inputs())[0]["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert default["requests"]["memory"] == "24Gi" and default["limits"]["memory"] == "36Gi"

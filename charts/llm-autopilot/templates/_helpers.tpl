@@ -129,7 +129,10 @@ agree. Reused from the live Secret on upgrades (lookup), so `helm upgrade` never
   verbs: [create]
 {{- end }}
 
-{{/* Cluster-scoped reads: GPU nodes for the planner; CRDs (and namespaces, when a list is watched) for Kopf. */}}
+{{/*
+Cluster-scoped rules: GPU nodes for the planner; CRDs (and namespaces, when a list is watched) for Kopf; with the
+webhook, SubjectAccessReviews: it asks whether the requesting user may read the Secrets a spec names.
+*/}}
 {{- define "llm-autopilot.clusterRules" -}}
 - apiGroups: [""]
   resources: [nodes]
@@ -141,5 +144,10 @@ agree. Reused from the live Secret on upgrades (lookup), so `helm upgrade` never
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [list, watch]
+{{- end }}
+{{- if .Values.webhook.enabled }}
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews]
+  verbs: [create]
 {{- end }}
 {{- end }}

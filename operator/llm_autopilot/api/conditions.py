@@ -47,6 +47,13 @@ def deployment_ready(deployment: dict[str, Any] | None, replicas: int) -> tuple[
     updated = int(status.get("updatedReplicas") or 0)
     if replicas == 0:
         return True, "ScaledToZero", "replicas is 0"
+    # The ReplicaSet could not create a pod (Pod Security, a quota, an admission webhook...): say why, because
+    # the replica counts alone only show "0/1" forever.
+    failure = next((c for c in status.get("conditions") or []
+                    if c.get("type") == "ReplicaFailure" and c.get("status") == "True"), None)
+    if failure is not None:
+        message = f"the ReplicaSet cannot create pods: {failure.get('message') or 'no reason given'}"
+        return False, str(failure.get("reason") or "ReplicaFailure"), message[:1000]
     if seen_gen is not None and spec_gen is not None and seen_gen < spec_gen:
         return False, "Progressing", "the Deployment controller has not seen the latest spec yet"
     if updated < replicas:

@@ -7,10 +7,17 @@ multimodal wrappers (``text_config``) and family defaults for fields a config ma
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
-from llm_autopilot.domain.architecture import MLA, CheckpointQuantization, ModelArchitecture, MoE
+from llm_autopilot.domain.architecture import (
+    MLA,
+    CheckpointQuantization,
+    InvalidArchitecture,
+    ModelArchitecture,
+    MoE,
+)
 from llm_autopilot.domain.precision import WeightFormat
 
 
@@ -49,22 +56,67 @@ def _merged_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _whole(name: str, value: Any, minimum: int = 1) -> int:
+    """A finite, integral JSON number >= minimum (4096.0 counts as 4096; 0.5, 1e400, "8", true do not)."""
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            or value != int(value) or value < minimum):
+        raise ModelConfigError(f"config field {name!r} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
+
+
 def _require_int(config: Mapping[str, Any], *names: str) -> int:
     for name in names:
         value = config.get(name)
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ModelConfigError(f"config field {name!r} must be a positive integer, got {value!r}")
-            return int(value)
+            return _whole(name, value)
     raise ModelConfigError(f"config.json has no {' or '.join(repr(n) for n in names)}")
 
 
-def _optional_int(config: Mapping[str, Any], *names: str) -> int | None:
+def _optional_int(config: Mapping[str, Any], *names: str, minimum: int = 1) -> int | None:
+    """The first of ``names`` that is set (null counts as unset); a set value must be valid, never skipped."""
     for name in names:
         value = config.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+        if value is not None:
+            return _whole(name, value, minimum)
     return None
+
+
+def _group_size(config: Mapping[str, Any], *names: str, default: int) -> int:
+    """A quantization group size: a whole number >= 1, or -1 for one group per output channel."""
+    for name in names:
+        value = config.get(name)
+        if value is not None:
+            return -1 if value == -1 and not isinstance(value, bool) else _whole(name, value)
+    return default
+
+
+def _text(config: Mapping[str, Any], name: str, default: str) -> str:
+    value = config.get(name)
+    if value is None or value == "":
+        return default
+    if not isinstance(value, str):
+        raise ModelConfigError(f"config field {name!r} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _architecture_name(config: Mapping[str, Any]) -> str:
+    names = config.get("architectures")
+    if names is None or names == []:
+        return "unknown"
+    if isinstance(names, str):
+        names = [names]
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ModelConfigError(f"config field 'architectures' must be a list of class names, got {names!r}")
+    return str(names[0])
+
+
+def _flag(config: Mapping[str, Any], name: str) -> bool:
+    value = config.get(name, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ModelConfigError(f"config field {name!r} must be true or false, got {value!r}")
+    return value
 
 
 def _sliding_layers(config: Mapping[str, Any], num_layers: int) -> tuple[int | None, int]:
@@ -89,19 +141,19 @@ def _sliding_layers(config: Mapping[str, Any], num_layers: int) -> tuple[int | N
 
 
 def _moe(config: Mapping[str, Any]) -> MoE | None:
-    experts = _optional_int(config, "num_experts", "num_local_experts", "n_routed_experts")
+    experts = _optional_int(config, "num_experts", "num_local_experts", "n_routed_experts", minimum=0)
     if not experts or experts <= 1:
-        return None
-    shared = _optional_int(config, "n_shared_experts") or 0
+        return None  # 0 or 1 expert: a dense MLP
+    shared = _optional_int(config, "n_shared_experts", minimum=0) or 0
     expert_inter = _require_int(config, "moe_intermediate_size", "intermediate_size")
-    shared_inter = _optional_int(config, "shared_expert_intermediate_size") or shared * expert_inter
+    shared_inter = _optional_int(config, "shared_expert_intermediate_size", minimum=0) or shared * expert_inter
     return MoE(
         num_experts=experts,
         experts_per_token=_require_int(config, "num_experts_per_tok", "num_experts_per_token"),
         expert_intermediate_size=expert_inter,
         num_shared_experts=shared or (1 if shared_inter else 0),
         shared_expert_intermediate_size=shared_inter,
-        first_dense_layers=_optional_int(config, "first_k_dense_replace") or 0,
+        first_dense_layers=_optional_int(config, "first_k_dense_replace", minimum=0) or 0,
     )
 
 
@@ -121,8 +173,8 @@ def _mla(config: Mapping[str, Any]) -> MLA | None:
 def parse_quantization_config(qc: Mapping[str, Any]) -> CheckpointQuantization:
     """Read a checkpoint's ``quantization_config`` (or ``hf_quant_config.json``'s ``quantization``)."""
     method = str(qc.get("quant_method") or qc.get("quant_algo") or "").lower()
-    bits = int(qc.get("bits") or qc.get("w_bit") or 4)
-    group = int(qc.get("group_size") or qc.get("q_group_size") or 128)
+    bits = _optional_int(qc, "bits", "w_bit") or 4
+    group = _group_size(qc, "group_size", "q_group_size", default=128)
     if method in ("awq", "awq_marlin"):
         return CheckpointQuantization(method, WeightFormat.AWQ, bits, group)
     if method in ("gptq", "gptq_marlin"):
@@ -151,11 +203,11 @@ def _compressed_tensors(qc: Mapping[str, Any]) -> CheckpointQuantization:
         weights = group.get("weights") if isinstance(group, Mapping) else None
         if not isinstance(weights, Mapping):
             continue
-        bits = int(weights.get("num_bits") or 8)
+        bits = _optional_int(weights, "num_bits") or 8
         if weights.get("type") == "float":
             return CheckpointQuantization("compressed-tensors", WeightFormat.FP8 if bits == 8 else WeightFormat.NVFP4,
-                                          bits, int(weights.get("group_size") or 16))
-        group_size = int(weights.get("group_size") or -1)
+                                          bits, _group_size(weights, "group_size", default=16))
+        group_size = _group_size(weights, "group_size", default=-1)
         fmt = WeightFormat.GPTQ if bits == 4 else WeightFormat.INT8
         return CheckpointQuantization("compressed-tensors", fmt, bits, group_size)
     raise ModelConfigError("compressed-tensors quantization_config has no config_groups with weights")
@@ -175,30 +227,37 @@ def parse_hf_config(
     hidden = _require_int(cfg, "hidden_size", "d_model", "n_embd")
     layers = _require_int(cfg, "num_hidden_layers", "n_layer", "num_layers")
     heads = _require_int(cfg, "num_attention_heads", "n_head")
-    kv_heads = _optional_int(cfg, "num_key_value_heads", "num_kv_heads") or heads
+    kv_heads = _optional_int(cfg, "num_key_value_heads", "num_kv_heads") or heads  # absent: multi-head attention
     window, sliding = _sliding_layers(cfg, layers)
     qc = cfg.get("quantization_config")
-    architectures = cfg.get("architectures") or ["unknown"]
+    if qc is not None and not isinstance(qc, Mapping):
+        raise ModelConfigError(f"config field 'quantization_config' must be an object, got {qc!r}")
     max_len = _optional_int(cfg, "max_position_embeddings", "max_seq_len", "seq_length", "n_positions")
-    return ModelArchitecture(
-        model_id=model_id,
-        architecture=str(architectures[0]),
-        model_type=str(cfg.get("model_type", "unknown")),
-        hidden_size=hidden,
-        num_layers=layers,
-        num_attention_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=_optional_int(cfg, "head_dim") or hidden // heads,
-        intermediate_size=_require_int(cfg, "intermediate_size", "ffn_dim", "n_inner"),
-        vocab_size=_require_int(cfg, "vocab_size"),
-        max_position_embeddings=max_len or 4096,
-        torch_dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16"),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        sliding_window=window,
-        num_sliding_window_layers=sliding,
-        moe=_moe(cfg),
-        mla=_mla(cfg),
-        quantization=parse_quantization_config(qc) if isinstance(qc, Mapping) else None,
-        checkpoint_bytes=checkpoint_bytes,
-        variants=dict(variants or {}),
-    )
+    dtype = cfg.get("torch_dtype") if cfg.get("torch_dtype") is not None else cfg.get("dtype")
+    if dtype is not None and not isinstance(dtype, str):
+        raise ModelConfigError(f"config field 'torch_dtype' must be a dtype name such as \"bfloat16\", got {dtype!r}")
+    try:
+        return ModelArchitecture(
+            model_id=model_id,
+            architecture=_architecture_name(cfg),
+            model_type=_text(cfg, "model_type", "unknown"),
+            hidden_size=hidden,
+            num_layers=layers,
+            num_attention_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=_optional_int(cfg, "head_dim") or hidden // heads,
+            intermediate_size=_require_int(cfg, "intermediate_size", "ffn_dim", "n_inner"),
+            vocab_size=_require_int(cfg, "vocab_size"),
+            max_position_embeddings=max_len or 4096,
+            torch_dtype=dtype or "bfloat16",
+            tie_word_embeddings=_flag(cfg, "tie_word_embeddings"),
+            sliding_window=window,
+            num_sliding_window_layers=sliding,
+            moe=_moe(cfg),
+            mla=_mla(cfg),
+            quantization=parse_quantization_config(qc) if qc is not None else None,
+            checkpoint_bytes=checkpoint_bytes,
+            variants=dict(variants or {}),
+        )
+    except InvalidArchitecture as exc:
+        raise ModelConfigError(f"config.json does not describe a model: {'; '.join(exc.problems)}") from exc

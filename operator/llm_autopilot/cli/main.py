@@ -1,6 +1,7 @@
 """``llm-autopilot``: plan and estimate vLLM deployments from the command line.
 
-User mistakes end in a one-line ``error: ...`` and exit code 2, never a traceback.
+Exit codes: 0 done, 1 no plan fits (``plan``), 2 a user mistake (one line ``error: ...``), 3 an internal
+error (one line ``internal error: ...``; ``LLM_AUTOPILOT_DEBUG=1`` shows the traceback). Never a bare traceback.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import os
+import re
 import socket
 import sys
 from collections.abc import Callable
@@ -22,7 +25,7 @@ from llm_autopilot.catalog.gpus import GPUS, UnknownGPUError, find_gpu
 from llm_autopilot.catalog.hf_config import ModelConfigError, parse_hf_config
 from llm_autopilot.catalog.models import catalog_models
 from llm_autopilot.cli.format import dump, memory_table, plan_dict, plan_table
-from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.domain.architecture import InvalidArchitecture, ModelArchitecture
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
 from llm_autopilot.hub.client import ModelFetchError, load_local
@@ -37,7 +40,13 @@ from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, VersionError, VLLM
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-USER_ERRORS = (ModelResolutionError, ModelFetchError, ModelConfigError, UnknownGPUError, VersionError, ValueError)
+#: what a user can cause with their input; anything else is our bug (exit 3)
+USER_ERRORS = (ModelResolutionError, ModelFetchError, ModelConfigError, InvalidArchitecture, UnknownGPUError,
+               VersionError)
+EXIT_INFEASIBLE, EXIT_USER_ERROR, EXIT_INTERNAL_ERROR = 1, 2, 3
+#: far above any GPU, far below where GiB -> bytes overflows a float
+MAX_GPU_MEMORY_GIB = 2.0**20
+_COMPUTE_CAPABILITY = re.compile(r"\d{1,3}\.\d{1,3}")
 
 # vLLM --quantization spellings (and ours) -> how the weights sit in memory
 _QUANTIZATION_FORMATS: dict[str, WeightFormat] = {
@@ -55,7 +64,7 @@ _KV_DTYPES = {"auto": KVCacheDtype.AUTO, "bfloat16": KVCacheDtype.AUTO, "float16
 
 def fail(message: str) -> NoReturn:
     click.echo(f"error: {message}", err=True)
-    sys.exit(2)
+    sys.exit(EXIT_USER_ERROR)
 
 
 def _load_model(model: str | None, model_config: str | None, revision: str | None = None) -> ModelArchitecture:
@@ -75,9 +84,25 @@ def _load_gpu(gpu: str | None, memory_gib: float | None, compute_capability: str
     if gpu:
         return find_gpu(gpu)
     assert memory_gib is not None
-    if memory_gib <= 0:
-        fail("--gpu-memory-gib must be positive")
+    if not (math.isfinite(memory_gib) and 0 < memory_gib <= MAX_GPU_MEMORY_GIB):
+        fail(f"--gpu-memory-gib must be positive and finite (at most {MAX_GPU_MEMORY_GIB:,.0f} GiB), "
+             f"got {memory_gib:g}")
+    if not _COMPUTE_CAPABILITY.fullmatch(compute_capability.strip()):
+        fail(f"--compute-capability takes MAJOR.MINOR with whole numbers, e.g. 8.9; got {compute_capability!r}")
     return GPUSpec.custom(memory_gib, compute_capability)
+
+
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that also refuses nan and inf (nan passes every comparison, so FloatRange lets it in)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+GPU_MEMORY_UTILIZATION = FiniteFloatRange(min=0, max=1, min_open=True)
 
 
 def _csv(values: tuple[str, ...]) -> list[str]:
@@ -117,7 +142,7 @@ def cli() -> None:
               help="Weight formats allowed besides the published one: fp8, awq, gptq (comma-separated).")
 @click.option("--allow-kv-cache-dtype", multiple=True, metavar="LIST", help="KV dtypes allowed besides auto: fp8.")
 @click.option("--variant", multiple=True, metavar="FORMAT=ID", help="Pre-quantized checkpoint, e.g. awq=Org/Model-AWQ.")
-@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True), help="Pin it.")
+@click.option("--gpu-memory-utilization", type=GPU_MEMORY_UTILIZATION, help="Pin it.")
 @click.option("--enforce-eager", is_flag=True, help="Plan without CUDA graphs.")
 @click.option("--vllm-version", default=str(DEFAULT_VLLM_VERSION), show_default=True)
 @click.option("--served-model-name", help="Name clients use (defaults to the model id).")
@@ -161,7 +186,7 @@ def plan(model: str | None, model_config: str | None, revision: str | None, gpu:
         else:
             click.echo(dump({"feasible": False, "message": result.message,
                              "suggestions": list(result.suggestions)}, output))
-        sys.exit(1)
+        sys.exit(EXIT_INFEASIBLE)
     options = ServeOptions(served_model_name=served_model_name or architecture.model_id, revision=revision)
     click.echo(plan_table(result, options) if output == "table" else dump(plan_dict(result, options), output))
 
@@ -171,7 +196,7 @@ def plan(model: str | None, model_config: str | None, revision: str | None, gpu:
 @gpu_options
 @click.option("--tensor-parallel-size", "-tp", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--pipeline-parallel-size", "-pp", type=click.IntRange(min=1), default=1, show_default=True)
-@click.option("--gpu-memory-utilization", type=click.FloatRange(min=0, max=1, min_open=True),
+@click.option("--gpu-memory-utilization", type=GPU_MEMORY_UTILIZATION,
               help="Defaults to the vLLM version's default.")
 @click.option("--max-model-len", type=click.IntRange(min=1), help="Defaults to the model's maximum.")
 @click.option("--quantization", help="How the weights are stored: as vLLM spells it (fp8, awq, gptq, mxfp4...).")
@@ -327,17 +352,18 @@ def main() -> None:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
         fail("aborted")
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+    except click.ClickException as exc:  # usage errors: bad or missing options and values
+        command = f" {exc.ctx.command_path} --help" if isinstance(exc, click.UsageError) and exc.ctx else " --help"
+        fail(f"{' '.join(exc.format_message().split())} (see{command})")
     except USER_ERRORS as exc:
-        fail(str(exc))
+        fail(" ".join(str(exc).split()))  # one line, whatever the library's message looked like
     except Exception as exc:
         if os.environ.get("LLM_AUTOPILOT_DEBUG"):
             raise
-        click.echo(f"internal error: {type(exc).__name__}: {exc} (set LLM_AUTOPILOT_DEBUG=1 for a traceback)",
+        first_line = (str(exc).splitlines() or [""])[0][:300]
+        click.echo(f"internal error: {type(exc).__name__}: {first_line} (set LLM_AUTOPILOT_DEBUG=1 for a traceback)",
                    err=True)
-        sys.exit(1)
+        sys.exit(EXIT_INTERNAL_ERROR)
 
 
 if __name__ == "__main__":

@@ -5,17 +5,21 @@ Importing this module registers the handlers; `llm-autopilot operator` runs them
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import kopf
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from llm_autopilot.api import GROUP, PLURAL, VERSION
 from llm_autopilot.api.conditions import READY, get_condition, set_condition
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.controller import telemetry
+from llm_autopilot.controller.access import referenced_secrets, unreadable_secrets_message
 from llm_autopilot.controller.admission import review
 from llm_autopilot.controller.certs import self_signed
 from llm_autopilot.controller.gather import Gatherer
@@ -47,7 +51,8 @@ def gatherer() -> Gatherer:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, logger: logging.Logger | logging.LoggerAdapter[Any],
               **_: Any) -> None:
-    # Our own annotation prefix and finalizer name: the object shows who manages it.
+    # Our own annotation prefix; the finalizer name lets Kopf recognise, and remove, the finalizer that earlier
+    # versions put on every LLMDeployment (no handler needs one now: see RESYNC below).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration")
@@ -116,7 +121,27 @@ def reconcile_on_change(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     _reconcile(body, patch)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, id="resync", interval=SETTINGS.resync_seconds, initial_delay=1)
+# Deletion never waits for the operator. Kopf gives every timer a finalizer, so that it can stop the timer
+# before the object goes: with the operator stopped, `kubectl delete` then hangs (and the Deployment keeps its
+# GPUs), and during a running resync it waits up to Kopf's 60 s cancellation polling. The resync needs no
+# clean-up (owner references collect the children), so its finalizer is dropped below and Kopf removes the one
+# older versions put on objects when it next sees them. Without the finalizer Kopf learns of a deletion only
+# from the DELETED event, which would leave the timer running for an object that is gone: the event marks the
+# object's memo, and the timer's filter then no longer matches, which makes Kopf stop it.
+RESYNC = "resync"
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="deletion-stops-resync")
+def deletion_stops_resync(type: str | None, memo: kopf.Memo, **_: Any) -> None:
+    if type == "DELETED":
+        memo["deleted"] = True
+
+
+def _not_deleted(memo: kopf.Memo, **_: Any) -> bool:
+    return not memo.get("deleted")
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, id=RESYNC, interval=SETTINGS.resync_seconds, initial_delay=1, when=_not_deleted)
 def resync(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     """Also runs first thing after an operator (re)start: resume without writing when nothing changed."""
     _reconcile(body, patch)
@@ -124,6 +149,16 @@ def resync(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
 
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _without_finalizer(handler_id: str, registry: kopf.OperatorRegistry) -> None:
+    """Let a timer run without holding its objects' deletion (Kopf's decorators offer no option for it)."""
+    spawning = registry._spawning
+    spawning._handlers = [dataclasses.replace(h, requires_finalizer=False) if h.id == handler_id else h
+                          for h in spawning._handlers]
+
+
+_without_finalizer(RESYNC, kopf.get_default_registry())
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={OWNER_LABEL: kopf.PRESENT}, id="deployment-readiness")
@@ -159,12 +194,25 @@ def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
         return
 
 
-def validate(spec: kopf.Spec, name: str, warnings: list[str], **_: Any) -> None:
+def _secret_refusal(spec: kopf.Spec, userinfo: kopf.UserInfo, namespace: str | None) -> str | None:
+    """Why the requesting user may not hand the referenced Secrets to pods (None: they may, or none are named)."""
+    names = referenced_secrets(LLMDeploymentSpec.model_validate(dict(spec)))
+    if not names:
+        return None
+    if not namespace:
+        return "cannot check access to the referenced Secrets: the request names no namespace"
+    return unreadable_secrets_message(client.AuthorizationV1Api(kube().api), userinfo, namespace, names)
+
+
+def validate(spec: kopf.Spec, name: str, warnings: list[str], userinfo: kopf.UserInfo, namespace: str | None,
+             **_: Any) -> None:
     verdict = review(dict(spec), SETTINGS.default_vllm_version, name=name)
-    telemetry.ADMISSION.labels("allowed" if verdict.allowed else "rejected").inc()
+    refusal = verdict.message if not verdict.allowed else _secret_refusal(spec, userinfo, namespace)
+    telemetry.ADMISSION.labels("rejected" if refusal is not None else "allowed").inc()
     warnings.extend(verdict.warnings)
-    if not verdict.allowed:
-        raise kopf.AdmissionError(verdict.message, code=422)
+    if refusal is not None:
+        # 403 for access, 422 for a spec that cannot work
+        raise kopf.AdmissionError(refusal, code=422 if not verdict.allowed else 403)
 
 
 if SETTINGS.webhook_enabled:  # Kopf refuses to start with admission handlers but no server

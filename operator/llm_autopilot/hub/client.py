@@ -7,6 +7,7 @@ local cache work as users expect. Errors become :class:`ModelFetchError` with an
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +57,9 @@ def _read_json(path: str | Path, what: str) -> dict[str, Any]:
 
 def _total_size(index: dict[str, Any]) -> int | None:
     size = index.get("metadata", {}).get("total_size") if isinstance(index.get("metadata"), dict) else None
-    return int(size) if isinstance(size, int | float) and size > 0 else None
+    if isinstance(size, bool) or not isinstance(size, int | float) or not math.isfinite(size) or size <= 0:
+        return None  # also 1e400, which JSON reads as inf
+    return int(size)
 
 
 def _with_modelopt(config: dict[str, Any], modelopt: dict[str, Any] | None) -> dict[str, Any]:

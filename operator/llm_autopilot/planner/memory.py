@@ -191,6 +191,11 @@ def estimate(c: ServingConfig) -> MemoryEstimate:
     elif capacity < c.max_model_len:
         problems.append(f"max_model_len {c.max_model_len} needs {per_request / GIB:.2f} GiB of KV cache but "
                         f"{available / GIB:.2f} GiB is available; the largest that fits is {capacity}")
+    elif tokens < (1 if m.num_sliding_window_layers else c.max_model_len):
+        # A sequence pins max_model_len tokens in every full-attention layer (sliding-window layers need fewer,
+        # which the per-request check above already counts): a cache that holds fewer serves nothing.
+        problems.append(f"the KV cache holds {tokens} tokens, less than one sequence of max_model_len "
+                        f"{c.max_model_len}")
     if c.max_model_len > m.max_position_embeddings:
         problems.append(f"max_model_len {c.max_model_len} exceeds the model's maximum "
                         f"{m.max_position_embeddings}")

@@ -29,6 +29,23 @@ CONTAINER = "vllm"
 STARTUP_SECONDS = 1800
 _STARTUP_PERIOD = 10
 
+# Pod security: the pods meet the "restricted" Pod Security Standard. The upstream vllm/vllm-openai image runs
+# as root with its caches under /root; as a non-root user it needs a writable HOME (Hugging Face, vLLM, Triton,
+# torch.compile and numba all write under ~/.cache and ~/.config), hence the emptyDir below. 65534 ("nobody")
+# is in the passwd file of every Debian/Ubuntu-based image, so libraries that look the user name up (torch's
+# getpass.getuser()) find one.
+RUN_AS_USER = 65534
+HOME_DIR = "/home/vllm"
+
+
+def _pod_security_context() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _container_security_context() -> dict[str, Any]:
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
 
 @dataclass(frozen=True)
 class Owner:
@@ -143,6 +160,13 @@ def _env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
     return env
 
 
+def _home_env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
+    """HOME on the writable emptyDir, unless spec.vllm.env sets it (a duplicate name would be refused)."""
+    if any(var.name == "HOME" for var in inputs.spec.vllm.env):
+        return []
+    return [{"name": "HOME", "value": HOME_DIR}]
+
+
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures,
             "timeoutSeconds": 5}
@@ -168,17 +192,22 @@ def deployment(inputs: WorkloadInputs) -> dict[str, Any]:
             "command": ["vllm", "serve"],
             "args": list(inputs.args),
             "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
-            "env": _env(inputs),
+            "env": [*_env(inputs), *_home_env(inputs)],
             "resources": container_resources(inputs),
-            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+            "securityContext": _container_security_context(),
+            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME_DIR}],
             "startupProbe": _probe("/health", _STARTUP_PERIOD, STARTUP_SECONDS // _STARTUP_PERIOD),
             "readinessProbe": _probe("/health", 5, 3),
             "livenessProbe": _probe("/health", 10, 3),
             "terminationMessagePolicy": "FallbackToLogsOnError",
         }],
-        # NCCL and vLLM's workers exchange tensors through shared memory
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _gib(max(2, 2 * gpus))}}],
+        # NCCL and vLLM's workers exchange tensors through shared memory; the home holds the downloaded model
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _gib(max(2, 2 * gpus))}},
+                    {"name": "home", "emptyDir": {}}],
         "terminationGracePeriodSeconds": 60,
+        # vLLM never calls the Kubernetes API: the model code it runs gets no ServiceAccount token
+        "automountServiceAccountToken": False,
+        "securityContext": _pod_security_context(),
     }
     if spec.gpu.node_selector:
         pod_spec["nodeSelector"] = dict(spec.gpu.node_selector)
