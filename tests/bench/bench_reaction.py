@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 from hack.vllm_sim import VllmSimulator
 
-from llm_autopilot.controller.metrics import USAGE_METRICS, sustained_usage_query
+from llm_autopilot.controller.metrics import USAGE_METRICS, saturated_query
 from tests.e2e.conftest import CRD, Kubectl, Operator, _cluster_env, _free_port, wait_for
 
 POLL_SECONDS = 5
@@ -71,7 +71,7 @@ def trial(k: Kubectl, sim: VllmSimulator, prom: str) -> float:
     thread = threading.Thread(target=feed, daemon=True)
     thread.start()
     selector = f'namespace="{ns}",pod=~"{"|".join(pods)}"'
-    promql = sustained_usage_query(USAGE_METRICS[0], selector, WINDOW, 0.9)
+    promql = saturated_query(USAGE_METRICS[0], selector, WINDOW, 0.9)
     try:
         wait_for("the signal in Prometheus", lambda: query(prom, promql), WINDOW + 60, interval=0.25)
         t0 = time.monotonic()

@@ -150,14 +150,14 @@ class FakePrometheus:
         return self.answer(query)
 
 
-def saturated(usage: float = 0.97, preemptions: float = 12.0) -> Callable[[str], float | None]:
-    """Prometheus answers for a KV cache at ``usage`` over the window, with preemptions."""
+def saturated(usage: float = 0.97, preemptions: float = 12.0, waiting: float = 8.0) -> Callable[[str], float | None]:
+    """Prometheus answers for a KV cache at ``usage`` over the window, with preemptions and a queue."""
     def answer(query: str) -> float | None:
-        if "kv_cache_usage_perc" in query:
+        if "kv_cache_usage_perc" in query:  # the combined saturation query starts with the usage
             return usage
         if "num_preemptions_total" in query:
             return preemptions
-        return 0.0 if "num_requests_waiting" in query else None
+        return waiting if "num_requests_waiting" in query else None
     return answer
 
 

@@ -21,6 +21,7 @@ from llm_autopilot.controller.kube import ApplyRejected, Kube, LogUnavailable
 from llm_autopilot.controller.metrics import MetricsUnavailable, PrometheusClient, PrometheusSettings
 from llm_autopilot.remediation.classify import Signal
 from llm_autopilot.remediation.decide import Metrics
+from llm_autopilot.remediation.saturation import KV_SATURATION
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
 from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, FakePrometheus, Run, saturated
 from tests.unit.vllm_logs import cpu_kv_capacity_log, termination_message
@@ -115,7 +116,8 @@ def test_kv_saturation_is_asked_for_the_current_plans_pods_only() -> None:
     prometheus = FakePrometheus(answer=saturated())
     evidence = Gatherer(run.cluster, prometheus).gather(target(run.cluster))
     assert evidence.saturation is not None and evidence.saturation.signal is Signal.KV_SATURATION
-    assert all('pod=~"x-abc"' in q for q in prometheus.queries) and len(prometheus.queries) == 4
+    asked = KV_SATURATION.queries('pod=~"x-abc"', window=300, threshold=0.8)
+    assert all('pod=~"x-abc"' in q for q in prometheus.queries) and len(prometheus.queries) == len(asked)
 
 
 @pytest.fixture

@@ -496,11 +496,14 @@ class RemediationPolicy(APIModel):
         3600, ge=60, description="Calm time after which one step is relaxed. Default 3600."
     )
     kv_saturation_threshold: float = Field(
-        0.95, gt=0, le=1, description="kv_cache_usage_perc counted as saturated. Default 0.95."
+        0.8, gt=0, le=1,
+        description="Average kv_cache_usage_perc over the window counted as saturated (together with "
+        "preemptions and a queue that never drains). Default 0.8.",
     )
     kv_saturation_window_seconds: int = Field(
         300, ge=30, alias="kvSaturationWindowSeconds",
-        description="How long KV usage must stay at the threshold, with preemptions or a growing queue. Default 300.",
+        description="The window KV saturation is judged on: average usage at the threshold, preemptions "
+        "increasing and requests waiting throughout. Default 300.",
     )
     max_replicas: int | None = Field(None, ge=1, description="Most replicas remediation may scale to.")
     floors: RemediationFloors = Field(

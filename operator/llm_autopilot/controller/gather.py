@@ -27,7 +27,7 @@ from llm_autopilot.remediation.evidence import (
     latest_termination,
     rollout_complete,
 )
-from llm_autopilot.remediation.saturation import SUSTAINED_USAGE, SaturationRule, pod_selector
+from llm_autopilot.remediation.saturation import KV_SATURATION, SaturationRule, pod_selector
 from llm_autopilot.render.kubernetes import CONTAINER, PLAN_HASH
 
 #: crashes whose log was read, per process (a resync must not read a log twice)
@@ -62,7 +62,7 @@ class Target:
 
 class Gatherer:
     def __init__(self, pods: PodSource, metrics: MetricsSource | None = None, *,
-                 rule: SaturationRule = SUSTAINED_USAGE, remembered: int = REMEMBERED_CRASHES) -> None:
+                 rule: SaturationRule = KV_SATURATION, remembered: int = REMEMBERED_CRASHES) -> None:
         self.pods = pods
         self.metrics = metrics
         self.rule = rule

@@ -14,15 +14,15 @@ from urllib3.util.retry import Retry
 
 from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.remediation.saturation import (  # the last two re-exported for the reaction-time benchmark
-    SUSTAINED_USAGE,
+    KV_SATURATION,
     USAGE_METRICS,
     SaturationRule,
     pod_selector,
-    sustained_usage_query,
+    saturated_query,
 )
 
 __all__ = ["USAGE_METRICS", "MetricsSource", "MetricsUnavailable", "PrometheusClient", "PrometheusSettings",
-           "PrometheusSignals", "query_saturation", "sustained_usage_query"]
+           "PrometheusSignals", "query_saturation", "saturated_query"]
 
 #: a hung Prometheus must not hold a handler thread: each query gives up after this (then MetricsUnavailable)
 QUERY_TIMEOUT_SECONDS = 5.0
@@ -97,7 +97,7 @@ class PrometheusSignals:
     """KV saturation of one deployment's pods, by name (for tools and tests; the operator's gatherer narrows
     the query to the current plan's pods)."""
 
-    def __init__(self, settings: PrometheusSettings, rule: SaturationRule = SUSTAINED_USAGE) -> None:
+    def __init__(self, settings: PrometheusSettings, rule: SaturationRule = KV_SATURATION) -> None:
         self.client = PrometheusClient(settings)
         self.rule = rule
 
