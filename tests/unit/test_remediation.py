@@ -23,6 +23,7 @@ from llm_autopilot.remediation.evidence import (
 from llm_autopilot.remediation.guards import Policy, State, Verdict, backoff_after_signal, decide
 from llm_autopilot.remediation.ladder import Overrides, Running, candidates, max_model_len_floor
 from llm_autopilot.remediation.text import clean_line
+from llm_autopilot.render.kubernetes import memory_quantity
 from tests.unit.vllm_logs import LAST_LINE, cpu_kv_capacity_log, termination_message
 
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "300"))
@@ -177,6 +178,15 @@ def test_ladder_orders() -> None:
         "KV cache dtype auto -> fp8 (half the bytes per token)", "replicas 1 -> 2", "GPUs per replica 1 -> 2",
         "max_num_seqs 1024 -> 512"]
     assert actions(Signal.OTHER_CRASH, running()) == [] and actions(Signal.ENGINE_DIED, running()) == []
+
+
+def test_memory_grows_by_half_to_the_next_mib_not_to_whole_gib() -> None:
+    """1Gi -> 1.5Gi -> 2.25Gi: rounding to whole GiB would render 2Gi twice and waste a step (a real CPU vLLM
+    needs 2.0 GiB: tests/e2e)."""
+    assert actions(Signal.HOST_OOM, running(memory_limit_gib=1.0)) == ["container memory limit 1Gi -> 1.5Gi"]
+    assert actions(Signal.HOST_OOM, running(memory_limit_gib=1.5)) == ["container memory limit 1.5Gi -> 2.25Gi"]
+    assert [memory_quantity(g) for g in (1.0, 1.5, 2.25, 3.375, 0.3)] == ["1Gi", "1536Mi", "2304Mi", "3456Mi",
+                                                                         "308Mi"]
 
 
 def test_floors_hold_exactly_rounding_toward_safety() -> None:

@@ -159,11 +159,12 @@ def _lower_utilization(r: Running, o: Overrides) -> Candidate | None:
 
 
 def _more_memory(r: Running, o: Overrides) -> Candidate | None:
-    limit = min(round(r.memory_limit_gib * _MEMORY_GROWTH), int(r.node_memory_gib))
+    # up to the next MiB (toward safety), within what one node can give
+    limit = min(math.ceil(r.memory_limit_gib * _MEMORY_GROWTH * 1024) / 1024, r.node_memory_gib)
     if limit <= r.memory_limit_gib:
         return None
-    return Candidate(dataclasses.replace(o, memory_limit_gib=float(limit)),
-                     f"container memory limit {r.memory_limit_gib:g}Gi -> {limit}Gi")
+    return Candidate(dataclasses.replace(o, memory_limit_gib=limit),
+                     f"container memory limit {r.memory_limit_gib:g}Gi -> {limit:g}Gi")
 
 
 def _more_replicas(r: Running, o: Overrides) -> Candidate | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +109,13 @@ def _gib(value: float) -> str:
     return f"{max(1, round(value))}Gi"
 
 
+def memory_quantity(gib: float) -> str:
+    """A memory size as a quantity: whole GiB as such, anything else up to the next MiB (remediation grows
+    limits by half, 1Gi -> 1536Mi -> 2304Mi)."""
+    mib = math.ceil(gib * 1024)
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
 def quantity_gib(text: str) -> float:
     """A memory quantity ("36Gi", "192G", "1024Mi", "1e9", bytes) in GiB; 0 when it cannot be read."""
     try:
@@ -142,7 +150,7 @@ def container_resources(inputs: WorkloadInputs) -> dict[str, dict[str, Any]]:
             requests = {name: _at_most(value, limits.get(name)) for name, value in requests.items()}
     if inputs.memory_limit_gib is not None:
         # remediation raises the limit; never below the request, which the API server would refuse
-        limits["memory"] = _gib(inputs.memory_limit_gib)
+        limits["memory"] = memory_quantity(inputs.memory_limit_gib)
         if "memory" in requests and parse_quantity(requests["memory"]) > parse_quantity(limits["memory"]):
             limits["memory"] = requests["memory"]
     requests[GPU_RESOURCE] = str(gpus)  # quantities as the API server returns them
