@@ -70,7 +70,9 @@ def up() -> int:
         say(f"operator already running (pid {pid_file.read_text().strip()})")
     else:
         say(f"starting the operator with its admission webhook (log: {log})")
-        op_env = {**env, "LLM_AUTOPILOT_WEBHOOK": "true", "LLM_AUTOPILOT_WEBHOOK_PORT": "26495",
+        # the local Hub-shaped server answers for the tiny models the vllm-cpu pool serves (no Hub here)
+        hub = {"HF_ENDPOINT": env["LLM_AUTOPILOT_LOCAL_HUB"]} if env.get("LLM_AUTOPILOT_LOCAL_HUB") else {}
+        op_env = {**env, **hub, "LLM_AUTOPILOT_WEBHOOK": "true", "LLM_AUTOPILOT_WEBHOOK_PORT": "26495",
                   "LLM_AUTOPILOT_WEBHOOK_CERT_DIR": str(state / "webhook"), "LLM_AUTOPILOT_RESYNC_SECONDS": "10"}
         log.parent.mkdir(parents=True, exist_ok=True)
         process = subprocess.Popen([str(OPERATOR), "operator"], env=op_env, stdout=log.open("ab"),

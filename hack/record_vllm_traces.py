@@ -101,7 +101,6 @@ def main() -> int:
     for node in kubelet.node_names():
         api.merge_patch(f"/api/v1/nodes/{node}", {"metadata": {"annotations": {kubelet.KV_BYTES_ANNOTATION:
                                                                                str(KV_BYTES)}}})
-    time.sleep(kubelet.HEARTBEAT_SECONDS + 1)  # the kubelet reads the annotation at its heartbeat
     api.request("POST", f"/api/v1/namespaces/{NAMESPACE}/pods", pod_manifest())
     try:
         def ready() -> str | None:

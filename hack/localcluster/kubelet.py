@@ -87,7 +87,6 @@ class Kubelet:
         self.bridge = Bridge.for_port_base(base)
         self.cgroup_parent = Path("/nonexistent")
         self.workers: dict[str, PodWorker] = {}  # by pod uid
-        self.node_kv_bytes: dict[str, int] = {}  # the nodes' KV-room annotations, read at every heartbeat
         self.problem: str | None = None
         self.environment = self._environment()
         self._lock = threading.Lock()
@@ -115,7 +114,17 @@ class Kubelet:
         argv = [*(container.get("command") or []), *(container.get("args") or [])]
         if argv[:2] != ["vllm", "serve"] or any(a.startswith("--kv-cache-memory-bytes") for a in argv):
             return []
-        return ["--kv-cache-memory-bytes", str(self.node_kv_bytes.get(node, DEFAULT_KV_BYTES))]
+        return ["--kv-cache-memory-bytes", str(self.kv_bytes(node))]
+
+    def kv_bytes(self, node: str) -> int:
+        """The node's KV room, read when a container starts (so a test's annotation applies to the next start)."""
+        code, body = self.api.request("GET", f"/api/v1/nodes/{node}")
+        annotation = ((body.get("metadata") or {}).get("annotations") or {}).get(KV_BYTES_ANNOTATION) \
+            if code == 200 and isinstance(body, dict) else None
+        try:
+            return int(annotation) if annotation else DEFAULT_KV_BYTES
+        except ValueError:
+            return DEFAULT_KV_BYTES
 
     def event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
         meta = pod["metadata"]
@@ -203,13 +212,7 @@ class Kubelet:
     def heartbeat(self, full: bool = False) -> None:
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         for name in self.nodes:
-            code, node = self.api.merge_patch(f"/api/v1/nodes/{name}/status", {"status": self._node_status(name, full)})
-            if code == 200:
-                annotation = ((node.get("metadata") or {}).get("annotations") or {}).get(KV_BYTES_ANNOTATION)
-                try:
-                    self.node_kv_bytes[name] = int(annotation) if annotation else DEFAULT_KV_BYTES
-                except ValueError:
-                    self.node_kv_bytes[name] = DEFAULT_KV_BYTES
+            self.api.merge_patch(f"/api/v1/nodes/{name}/status", {"status": self._node_status(name, full)})
             lease = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
             code, _ = self.api.merge_patch(lease, {"spec": {"holderIdentity": name, "renewTime": now,
                                                             "leaseDurationSeconds": LEASE_SECONDS}})
