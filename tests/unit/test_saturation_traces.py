@@ -21,7 +21,7 @@ from llm_autopilot.remediation.saturation import KV_SATURATION, USAGE_METRICS, p
 TRACES = {t["name"]: t for t in json.loads(
     (Path(__file__).resolve().parent.parent / "data" / "vllm_cpu_metric_traces.json").read_text())["traces"]}
 WINDOW = 60
-THRESHOLD = 0.8  # the API's default kvSaturationThreshold
+THRESHOLD = 0.7  # the API's default kvSaturationThreshold
 
 
 def answers(trace: dict[str, Any], end: int, window: int = WINDOW) -> dict[str, float | None]:

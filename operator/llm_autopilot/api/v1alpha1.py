@@ -496,9 +496,9 @@ class RemediationPolicy(APIModel):
         3600, ge=60, description="Calm time after which one step is relaxed. Default 3600."
     )
     kv_saturation_threshold: float = Field(
-        0.8, gt=0, le=1,
+        0.7, gt=0, le=1,
         description="Average kv_cache_usage_perc over the window counted as saturated (together with "
-        "preemptions and a queue that never drains). Default 0.8.",
+        "preemptions and a queue that never drains). Default 0.7.",
     )
     kv_saturation_window_seconds: int = Field(
         300, ge=30, alias="kvSaturationWindowSeconds",

