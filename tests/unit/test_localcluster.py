@@ -7,7 +7,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from hack.localcluster import crilog, podnet, podworker, vllm_cpu
 
 
