@@ -1,4 +1,5 @@
-"""Which ``vllm serve`` flags each vLLM release accepts (data/flags.json, read from each release's source).
+"""Which ``vllm serve`` flags each vLLM release accepts (data/flags.json, read from each release's source
+by ``hack/vllm_flags.py``).
 
 A version between two examined releases takes the flags of the older one: flags are added and
 removed at releases, and the older set is the one we verified.
@@ -47,3 +48,8 @@ def kv_cache_dtype_choices(version: str | VLLMVersion) -> frozenset[str]:
 
 def quantization_choices(version: str | VLLMVersion) -> frozenset[str]:
     return frozenset(_entry(version).get("quantization_choices", ()))
+
+
+def alias_groups(version: str | VLLMVersion) -> list[frozenset[str]]:
+    """Option strings that name one option (``--tensor-parallel-size``/``-tp``, ``--x``/``--no-x``)."""
+    return [frozenset(group) for group in _entry(version).get("aliases", ())]
