@@ -8,17 +8,13 @@ from dataclasses import dataclass
 
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Plan
-from llm_autopilot.vllm.flags import flag_name, known_flags
+from llm_autopilot.vllm.flags import OPERATOR_OWNED_FLAGS, flag_name, is_owned, known_flags, normalise_flag
+
+#: OPERATOR_OWNED_FLAGS lives with the flag table (vllm/flags.py); re-exported for the callers of this module
+__all__ = ["OPERATOR_OWNED_FLAGS", "ServeOptions", "command_line", "conflicting_extra_args", "flags_in",
+           "render_vllm_args", "unknown_flags"]
 
 VLLM_PORT = 8000
-
-#: Flags the operator derives from the plan; setting them in extraArgs fights the planner.
-OPERATOR_OWNED_FLAGS = frozenset({
-    "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--max-model-len",
-    "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-dtype",
-    "--quantization", "-q", "--enforce-eager", "--port", "--served-model-name", "--revision", "--model",
-    "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--cpu-offload-gb", "--block-size",
-})
 
 
 @dataclass(frozen=True)
@@ -63,9 +59,13 @@ def command_line(plan: Plan, options: ServeOptions = ServeOptions()) -> str:
     return shlex.join(["vllm", "serve", *render_vllm_args(plan, options)])
 
 
+def _options(args: Sequence[str]) -> list[str]:
+    return [a for a in args if a.startswith("-") and not _is_number(a)]
+
+
 def flags_in(args: Sequence[str]) -> list[str]:
-    """The option names in an argument list (``--x=1`` counts as ``--x``)."""
-    return [flag_name(a) for a in args if a.startswith("-") and not _is_number(a)]
+    """The option names in an argument list as written (``--x=1`` counts as ``--x``)."""
+    return [flag_name(a) for a in _options(args)]
 
 
 def _is_number(text: str) -> bool:
@@ -79,9 +79,10 @@ def _is_number(text: str) -> bool:
 def unknown_flags(args: Sequence[str], version: str) -> list[str]:
     """Flags that the given vLLM version's ``vllm serve`` does not accept."""
     known = known_flags(version)
-    return [f for f in flags_in(args) if f not in known]
+    return [flag_name(a) for a in _options(args) if normalise_flag(a) not in known]
 
 
 def conflicting_extra_args(extra_args: Sequence[str]) -> list[str]:
-    """Flags in extraArgs that override what the planner decides."""
-    return sorted({f for f in flags_in(extra_args) if f in OPERATOR_OWNED_FLAGS})
+    """Flags in extraArgs that override what the planner decides, as written (any spelling vLLM accepts:
+    ``--max_model_len``, ``--compilation-config.mode=3``, ``-O3``)."""
+    return sorted({flag_name(a) for a in _options(extra_args) if is_owned(a)})
