@@ -32,8 +32,8 @@ _PATCHES: dict[str, dict[str, Any]] = {
 
 
 @cache
-def _load_all() -> dict[str, ModelArchitecture]:
-    models: dict[str, ModelArchitecture] = {}
+def _raw_configs() -> dict[str, dict[str, Any]]:
+    configs: dict[str, dict[str, Any]] = {}
     folder = resources.files("llm_autopilot.catalog").joinpath("models")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".json"):
@@ -41,13 +41,23 @@ def _load_all() -> dict[str, ModelArchitecture]:
         raw: dict[str, Any] = json.loads(entry.read_text(encoding="utf-8"))
         model_id = str(raw["_model_id"])
         raw.update(_PATCHES.get(model_id, {}))
-        models[model_id] = parse_hf_config(
-            raw,
-            model_id,
-            checkpoint_bytes=raw.get("_safetensors_total_bytes"),
-            variants=_VARIANTS.get(model_id),
-        )
-    return models
+        configs[model_id] = raw
+    return configs
+
+
+@cache
+def _load_all() -> dict[str, ModelArchitecture]:
+    return {
+        model_id: parse_hf_config(raw, model_id, checkpoint_bytes=raw.get("_safetensors_total_bytes"),
+                                  variants=_VARIANTS.get(model_id))
+        for model_id, raw in _raw_configs().items()
+    }
+
+
+def catalog_config(model_id: str) -> dict[str, Any]:
+    """The config.json fields a catalog model was parsed from (patches applied, ``_``-keys dropped), e.g. to
+    hand vLLM the very file the planner read."""
+    return {k: v for k, v in _raw_configs()[model_id].items() if not k.startswith("_")}
 
 
 def catalog_models() -> list[ModelArchitecture]:
