@@ -68,10 +68,13 @@ bench-reaction: install ## Reaction time from a Prometheus signal to the patched
 golden: install ## Print how close the memory model comes to every golden vLLM log
 	$(BIN)/python -m tests.bench.golden_report
 
+test-vllm: install ## Tests that judge plans with the CPU build of vLLM (needs `python3 hack/cluster.py vllm install`)
+	$(BIN)/pytest tests/vllm
+
 vllm-flags: install ## Regenerate vllm/data/flags.json from each release's wheel (VERSIONS="0.33.0 ..."; ~400 MB each)
 	$(BIN)/python hack/vllm_flags.py $(VERSIONS)
 
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction golden vllm-flags clean
+.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction golden test-vllm vllm-flags clean
