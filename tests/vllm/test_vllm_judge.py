@@ -24,11 +24,12 @@ CONTROL_IDS = ["control:tensor-parallel-3", "control:max-model-len-above-the-mod
                "control:mxfp4-on-a-t4"]
 
 #: Planner bugs the judge found, reported to the planner's owner (planner/ is not this change's to fix).
-#: vLLM runs Gemma 2 and 3 in float32 on a GPU without bfloat16 (compute capability < 8.0: the T4), since
-#: float16 overflows in Gemma; the planner sizes their weights, activations and KV cache at 2 bytes, so every
-#: Gemma plan on a T4 has half the memory it needs. Strict: the test fails once the planner agrees.
-_GEMMA_ON_TURING = ("vLLM casts Gemma to float32 on a T4 (no bfloat16, float16 overflows); the planner sizes "
-                    "2-byte weights and KV cache")
+#: On a GPU without bfloat16 (compute capability < 8.0: the T4) vLLM falls back to float16, which it refuses
+#: for Gemma 2 and 3 ("Numerical instability", vllm/config/model.py _FLOAT16_NOT_SUPPORTED_MODELS), so they
+#: run in float32; the planner sizes their weights, activations and KV cache at 2 bytes, half what they need.
+#: Strict: the test fails once the planner agrees, and the mark must go.
+_GEMMA_ON_TURING = ("vLLM runs Gemma in float32 on a T4 (no bfloat16, float16 refused for Gemma); the planner "
+                    "sizes 2-byte weights and KV cache")
 KNOWN_PLANNER_BUGS = {f"{targets}:{model}@nvidia-t4": _GEMMA_ON_TURING
                       for targets in judging.TARGET_SETS for model in ("google/gemma-2-9b-it", "google/gemma-3-27b-it")}
 
