@@ -75,8 +75,14 @@ traces-vllm: install ## Record real vLLM metric traces under load on the local c
 	$(PYTHON) hack/cluster.py up >/dev/null
 	$(PYTHON) hack/record_vllm_traces.py
 
+test-vllm: install ## Tests that judge plans with the CPU build of vLLM (needs `python3 hack/cluster.py vllm install`)
+	$(BIN)/pytest tests/vllm
+
+vllm-flags: install ## Regenerate vllm/data/flags.json from each release's wheel (VERSIONS="0.33.0 ..."; ~400 MB each)
+	$(BIN)/python hack/vllm_flags.py $(VERSIONS)
+
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 .PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction golden \
-	golden-vllm traces-vllm clean
+	golden-vllm traces-vllm test-vllm vllm-flags clean

@@ -208,7 +208,9 @@ def test_extra_args_that_leak_secrets_or_break_the_pod_are_refused(args: list[st
 
 
 def test_flags_are_matched_as_vllm_spells_them() -> None:
-    assert conflicting_extra_args(["--max_model_len=4096", "--compilation_config.level=3"]) == ["--max-model-len"]
+    # named as written, matched as vLLM reads them (both are owned: the length, and CUDA graphs' memory)
+    assert conflicting_extra_args(["--max_model_len=4096", "--compilation_config.level=3"]) == [
+        "--compilation_config.level", "--max_model_len"]
     assert unknown_flags(["--enable_prefix_caching", "--compilation-config.level=3", "-O3"], V) == []
     assert unknown_flags(["--api-ke", "x"], V) == ["--api-ke"]  # argparse abbreviations are not admitted
 

@@ -176,3 +176,14 @@ def test_full_attention_fits_means_kv_tokens_cover_max_model_len(vllm033: VLLMBe
     for length in (8192, 65536, 131072):
         e = estimate(config(vllm033, max_model_len=length))
         assert e.fits == (e.kv_cache_tokens >= length), (length, e.kv_cache_tokens, e.problems)
+
+
+def test_gemma_on_a_gpu_without_bfloat16_is_refused_not_planned_at_two_bytes(vllm033: VLLMBehaviour) -> None:
+    """vLLM runs Gemma 2/3 in float32 on a T4 (float16 is refused for them): found by vLLM judging the plans."""
+    gemma = model("google/gemma-2-9b-it")
+    e = estimate(config(vllm033, model=gemma, gpu=gpu("nvidia-t4"), tensor_parallel_size=8))
+    assert not e.fits and any("float32 on T4" in p for p in e.problems), e.problems
+    on_l4 = estimate(config(vllm033, model=gemma, gpu=gpu("nvidia-l4"), max_model_len=512))  # bfloat16 there
+    assert on_l4.fits, on_l4.problems
+    qwen = config(vllm033, model=model("Qwen/Qwen3-8B"), gpu=gpu("nvidia-t4"), tensor_parallel_size=2)
+    assert qwen.serving_dtype == "float16" and qwen.weights_label == "fp16"  # runs, in float16

@@ -7,6 +7,8 @@ sets ``--compilation-config``), splits ``--flag=value``, and reads ``-O3`` as ``
 
 from __future__ import annotations
 
+from llm_autopilot.vllm.flags import normalise_flag
+
 #: Flags that break the pod the operator renders, with the right way to get what they do.
 _SECRET_IN_ARGS = "would put the secret in the pod spec and in status.plan.args, readable by anyone who can read them"
 REFUSED_FLAGS: dict[str, str] = {
@@ -30,15 +32,11 @@ def _is_number(text: str) -> bool:
 
 
 def normalised_flag(arg: str) -> str | None:
-    """The option ``arg`` names, spelled as vLLM's own flags are; None when ``arg`` is a value."""
+    """The option ``arg`` names, spelled as vLLM's own flags are (vllm.flags.normalise_flag); None when ``arg``
+    is a value."""
     if not arg.startswith("-") or _is_number(arg):
         return None
-    key = arg.split("=", 1)[0]
-    if key.startswith("--"):
-        return "--" + key[2:].split(".", 1)[0].replace("_", "-")
-    if key.startswith("-O"):
-        return "-O"
-    return key
+    return normalise_flag(arg)
 
 
 def extra_arg_problem(arg: str) -> str | None:

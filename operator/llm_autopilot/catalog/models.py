@@ -72,6 +72,12 @@ def _catalog_id(model_id: str) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+def catalog_config(model_id: str) -> dict[str, Any]:
+    """The config.json fields a catalog model was parsed from (patches applied, ``_``-keys dropped), e.g. to
+    hand vLLM the very file the planner read."""
+    return {k: v for k, v in _entries()[model_id].config.items() if not k.startswith("_")}
+
+
 def catalog_models() -> list[ModelArchitecture]:
     return list(_load_all().values())
 

@@ -7,13 +7,17 @@ from dataclasses import dataclass
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
-from llm_autopilot.vllm.versions import VLLMBehaviour
+from llm_autopilot.vllm.versions import VLLMBehaviour, serving_dtype
+
+_DTYPE_LABELS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def weights_label(model: ModelArchitecture, fmt: WeightFormat) -> str:
-    """"bf16"/"fp16" for unquantized weights (as vLLM serves them), else the format ("fp8", "awq")."""
+def weights_label(model: ModelArchitecture, fmt: WeightFormat, gpu: GPUSpec | None = None) -> str:
+    """"bf16"/"fp16"/"fp32" for unquantized weights (as vLLM serves them on ``gpu``, when given), else the
+    format ("fp8", "awq")."""
     if fmt is WeightFormat.NONE:
-        return "fp16" if model.torch_dtype == "float16" else "bf16"
+        dtype = serving_dtype(model.torch_dtype, model.model_type, gpu) if gpu is not None else model.torch_dtype
+        return _DTYPE_LABELS.get(dtype, "bf16")
     return str(fmt)
 
 
@@ -46,7 +50,12 @@ class ServingConfig:
 
     @property
     def weights_label(self) -> str:
-        return weights_label(self.model, self.weight_format)
+        return weights_label(self.model, self.weight_format, self.gpu)
+
+    @property
+    def serving_dtype(self) -> str:
+        """The dtype vLLM runs the (unquantized) model in on this GPU."""
+        return serving_dtype(self.model.torch_dtype, self.model.model_type, self.gpu)
 
     @property
     def online_fp8(self) -> bool:

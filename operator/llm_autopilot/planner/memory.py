@@ -142,6 +142,10 @@ def structural_problems(c: ServingConfig) -> list[str]:
         problems.append(f"tensor parallel size {tp} is not a multiple of the {m.num_kv_heads} KV heads")
     if m.mla is None and m.num_kv_heads >= tp and m.num_kv_heads % tp:
         problems.append(f"{m.num_kv_heads} KV heads are not divisible by tensor parallel size {tp}")
+    if c.serving_dtype == "float32" and m.torch_dtype != "float32":
+        problems.append(f"vLLM runs {m.model_type} in float32 on {c.gpu.display_name} (no bfloat16 there, and it "
+                        "refuses float16 for this model: numerical instability), twice the memory of the 16-bit "
+                        "weights and KV cache planned for; use a GPU of compute capability 8.0 or newer")
     if pp > m.num_layers:
         problems.append(f"pipeline parallel size {pp} exceeds the {m.num_layers} layers")
     if not 0 < c.gpu_memory_utilization <= 1:

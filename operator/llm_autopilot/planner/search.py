@@ -270,9 +270,9 @@ def _reasons(req: PlanRequest, c: _Candidate) -> list[Reason]:
                               f"{kv} KV cache: {_first_problem(req, best, kv, smaller)}"))
     options = weight_options(req, t.allowed_weight_formats)
     if c.option == options[0]:
-        reasons.append(Reason("weights", c.option.label, f"{c.option.note}; the best quality allowed"))
+        reasons.append(Reason("weights", cfg.weights_label, f"{c.option.note}; the best quality allowed"))
     else:
-        reasons.append(Reason("weights", c.option.label,
+        reasons.append(Reason("weights", cfg.weights_label,
                               f"{c.option.note}; better formats do not fit on {c.tp} x {gpu}: "
                               f"{_first_problem(req, options[0], KVCacheDtype.AUTO, c.tp)}"))
     if c.kv is KVCacheDtype.AUTO:

@@ -6,21 +6,15 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llm_autopilot.api.serve_flags import normalised_flag
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Plan
-from llm_autopilot.vllm.flags import known_flags
+from llm_autopilot.vllm.flags import OPERATOR_OWNED_FLAGS, flag_name, is_owned, known_flags, normalise_flag
+
+#: OPERATOR_OWNED_FLAGS lives with the flag table (vllm/flags.py); re-exported for the callers of this module
+__all__ = ["OPERATOR_OWNED_FLAGS", "ServeOptions", "command_line", "conflicting_extra_args", "flags_in",
+           "render_vllm_args", "unknown_flags"]
 
 VLLM_PORT = 8000
-
-#: Flags the operator derives from the plan; setting them in extraArgs fights the planner. (--port and
-#: the other flags that break the pod are refused outright: api/serve_flags.py.)
-OPERATOR_OWNED_FLAGS = frozenset({
-    "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--max-model-len",
-    "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-dtype",
-    "--quantization", "-q", "--enforce-eager", "--served-model-name", "--revision", "--model",
-    "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--cpu-offload-gb", "--block-size",
-})
 
 
 @dataclass(frozen=True)
@@ -65,17 +59,30 @@ def command_line(plan: Plan, options: ServeOptions = ServeOptions()) -> str:
     return shlex.join(["vllm", "serve", *render_vllm_args(plan, options)])
 
 
+def _options(args: Sequence[str]) -> list[str]:
+    return [a for a in args if a.startswith("-") and not _is_number(a)]
+
+
 def flags_in(args: Sequence[str]) -> list[str]:
-    """The option names in an argument list, as vLLM reads them (``--max_model_len=1`` is ``--max-model-len``)."""
-    return [flag for a in args if (flag := normalised_flag(a)) is not None]
+    """The option names in an argument list as written (``--x=1`` counts as ``--x``)."""
+    return [flag_name(a) for a in _options(args)]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def unknown_flags(args: Sequence[str], version: str) -> list[str]:
     """Flags that the given vLLM version's ``vllm serve`` does not accept."""
     known = known_flags(version)
-    return [f for f in flags_in(args) if f not in known]
+    return [flag_name(a) for a in _options(args) if normalise_flag(a) not in known]
 
 
 def conflicting_extra_args(extra_args: Sequence[str]) -> list[str]:
-    """Flags in extraArgs that override what the planner decides."""
-    return sorted({f for f in flags_in(extra_args) if f in OPERATOR_OWNED_FLAGS})
+    """Flags in extraArgs that override what the planner decides, as written (any spelling vLLM accepts:
+    ``--max_model_len``, ``--compilation-config.mode=3``, ``-O3``)."""
+    return sorted({flag_name(a) for a in _options(extra_args) if is_owned(a)})

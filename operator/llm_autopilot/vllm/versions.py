@@ -40,6 +40,19 @@ class VLLMVersion:
 
 
 DEFAULT_VLLM_VERSION = VLLMVersion(0, 33, 0)
+
+#: Model types vLLM refuses to run in float16 ("Numerical instability"; config/model.py
+#: _FLOAT16_NOT_SUPPORTED_MODELS, 0.32.0): without bfloat16 they run in float32.
+FLOAT16_REFUSED_MODEL_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text", "glm4"})
+
+
+def serving_dtype(torch_dtype: str, model_type: str, gpu: GPUSpec) -> str:
+    """The dtype vLLM's ``--dtype auto`` runs a checkpoint in on ``gpu`` (config/model.py _resolve_auto_dtype):
+    a bfloat16 checkpoint falls back to float16 on a GPU without bfloat16 (compute capability below 8.0), or
+    to float32 for a model float16 is refused for."""
+    if torch_dtype != "bfloat16" or gpu.supports_bfloat16():
+        return torch_dtype
+    return "float32" if model_type in FLOAT16_REFUSED_MODEL_TYPES else "float16"
 OLDEST_SUPPORTED = VLLMVersion(0, 10, 2)
 
 

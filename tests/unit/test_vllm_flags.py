@@ -1,0 +1,72 @@
+"""The spellings vLLM's parser accepts for a flag, and the flags the planner owns (vllm/flags.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from llm_autopilot.render.vllm_args import conflicting_extra_args, unknown_flags
+from llm_autopilot.vllm.flags import (
+    OPERATOR_OWNED_FLAGS,
+    alias_groups,
+    examined_versions,
+    is_owned,
+    known_flags,
+    normalise_flag,
+)
+from llm_autopilot.vllm.versions import VLLMVersion
+
+#: the releases the owned list is complete for
+OWNED_RANGE = [v for v in examined_versions() if VLLMVersion(0, 31, 0) <= v <= VLLMVersion(0, 33, 0)]
+
+
+@pytest.mark.parametrize(("arg", "name"), [
+    ("--max-model-len", "--max-model-len"),
+    ("--max_model_len=4096", "--max-model-len"),
+    ("--compilation-config.mode=3", "--compilation-config"),
+    ("--compilation_config.cudagraph_capture_sizes+=8,16", "--compilation-config"),
+    ("-cc.cudagraph_mode=FULL", "-cc"),
+    ("-O3", "-O"), ("-O=3", "-O"), ("-Odecode", "-O"), ("-O", "-O"),
+    ("-tp=2", "-tp"),
+])
+def test_normalise_flag_spells_an_option_as_vllms_parser_matches_it(arg: str, name: str) -> None:
+    assert normalise_flag(arg) == name
+
+
+def test_owned_flags_are_matched_in_every_spelling_vllm_accepts() -> None:
+    extra = ["--max_model_len=4096", "--compilation-config.mode=3", "-O3", "-cc.cudagraph_mode=FULL",
+             "--device-memory-utilization", "0.5", "--no-enforce-eager", "--kv_offloading_size", "4",
+             "--data-parallel-size=2", "--dtype", "half", "--max-num-scheduled-tokens", "512",
+             "--optimization-level", "0", "--cudagraph-capture-sizes", "[1, 2]", "--kv-cache-memory-bytes=1G",
+             "--enable-prefix-caching", "--seed", "-1"]
+    assert conflicting_extra_args(extra) == sorted([
+        "--max_model_len", "--compilation-config.mode", "-O3", "-cc.cudagraph_mode", "--device-memory-utilization",
+        "--no-enforce-eager", "--kv_offloading_size", "--data-parallel-size", "--dtype",
+        "--max-num-scheduled-tokens", "--optimization-level", "--cudagraph-capture-sizes",
+        "--kv-cache-memory-bytes"])
+
+
+def test_the_issue_names_these_owned_flags() -> None:
+    named = ["--device-memory-utilization", "--max-num-scheduled-tokens", "-O", "--optimization-level",
+             "--compilation-config", "--cudagraph-capture-sizes", "--kv-cache-memory-bytes", "--kv-offloading-size",
+             "--data-parallel-size", "--dtype"]
+    assert [f for f in named if not is_owned(f)] == []
+
+
+@pytest.mark.parametrize("version", OWNED_RANGE, ids=str)
+def test_every_spelling_of_an_owned_option_is_owned(version: VLLMVersion) -> None:
+    """An alias or negation left out would let extraArgs set a planned value unnoticed (``-dp 2``)."""
+    missing = sorted(f for group in alias_groups(version) if group & OPERATOR_OWNED_FLAGS
+                     for f in group - OPERATOR_OWNED_FLAGS)
+    assert missing == []
+
+
+def test_every_owned_spelling_is_a_flag_of_0_31_to_0_33() -> None:
+    known = set().union(*(known_flags(v) for v in OWNED_RANGE))
+    assert sorted(OPERATOR_OWNED_FLAGS - known) == []
+
+
+def test_unknown_flags_accept_vllms_spellings_and_refuse_abbreviations() -> None:
+    assert unknown_flags(["--max_num_seqs", "8", "--compilation-config.mode=3", "-O3", "-cc.mode=3"], "0.33.0") == []
+    # argparse would take an unambiguous prefix; the operator asks for the full name
+    assert unknown_flags(["--max-model", "8192"], "0.33.0") == ["--max-model"]
+    assert unknown_flags(["--swap_space", "4"], "0.33.0") == ["--swap_space"]
