@@ -100,8 +100,9 @@ def helm() -> Path:
 
 
 @pytest.fixture(scope="session")
-def chart_cluster(kubectl: Kubectl) -> Kubectl:
-    """The cluster with every CRD the chart's manifests use, and the dry-run namespaces."""
+def chart_cluster(kubectl: Kubectl) -> Iterator[Kubectl]:
+    """The cluster with every CRD the chart's manifests use, and the dry-run namespaces (deleted afterwards;
+    the CRDs stay, like the cluster)."""
     out = subprocess.run([sys.executable, str(HELM_PY), "crds", "--print"], check=True, capture_output=True,
                          text=True)
     files = [*sorted((CHART / "crds").glob("*.yaml")), *(Path(p) for p in out.stdout.split())]
@@ -111,10 +112,12 @@ def chart_cluster(kubectl: Kubectl) -> Kubectl:
                 "podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com",
                 "certificates.cert-manager.io", "issuers.cert-manager.io"):
         kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
-    for ns in (DRY_NS, *DRY_WATCHED):
-        if kubectl.maybe("namespace", ns) is None:
-            kubectl("create", "namespace", ns)
-    return kubectl
+    created = [ns for ns in (DRY_NS, *DRY_WATCHED) if kubectl.maybe("namespace", ns) is None]
+    for ns in created:
+        kubectl("create", "namespace", ns)
+    yield kubectl
+    for ns in created:
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def run_helm(helm: Path, *args: str, env: dict[str, str] | None = None,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, Operator, wait_for
+from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, Operator, _free_port, wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.e2e
@@ -162,6 +162,31 @@ def test_delete_garbage_collects_children(kubectl: Kubectl, operator: Operator, 
     for kind in ("deployment", "service", "poddisruptionbudget"):
         wait_for(f"{kind} to be garbage-collected",
                  lambda kind=kind: kubectl.maybe(kind, "qwen3-8b", "-n", namespace) is None, 60)
+
+
+def test_kopf_registers_the_webhook_configuration(kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
+    """`make dev`'s way (LLM_AUTOPILOT_WEBHOOK_MANAGED unset): Kopf registers the ValidatingWebhookConfiguration
+    itself. The session operator registers a namespace-limited one instead (Kopf's selects every namespace),
+    so this runs its own operator."""
+    port = _free_port()
+    env = {**kubectl.env, "LLM_AUTOPILOT_RESYNC_SECONDS": str(RESYNC_SECONDS), "LLM_AUTOPILOT_WEBHOOK": "true",
+           "LLM_AUTOPILOT_WEBHOOK_PORT": str(port), "LLM_AUTOPILOT_WEBHOOK_CERT_DIR": str(tmp_path / "certs"),
+           "HF_ENDPOINT": "http://127.0.0.1:9", "LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS": "1"}
+    op = Operator(env, tmp_path / "operator.log", [f"--namespace={namespace}"]).start()
+    try:
+        vwc = wait_for("Kopf's webhook configuration",
+                       lambda: op.alive() and kubectl.maybe("validatingwebhookconfiguration", "llm-autopilot.io"))
+        assert vwc["webhooks"][0]["clientConfig"]["url"] == f"https://127.0.0.1:{port}/validate-llmdeployment"
+
+        def denied() -> str | None:
+            infeasible = str(EXAMPLES / "infeasible-llama-405b.yaml")
+            result = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", infeasible, check=False)
+            return result.stderr if result.returncode != 0 and "denied the request" in result.stderr else None
+
+        assert "needs at least 8 x H100-80GB" in wait_for("the API server calling Kopf's webhook", denied)
+    finally:
+        op.stop()
+        kubectl("delete", "validatingwebhookconfiguration", "llm-autopilot.io", "--ignore-not-found", check=False)
 
 
 def test_webhook_rejects_infeasible_with_the_planners_message(kubectl: Kubectl, operator: Operator,
