@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -236,16 +235,28 @@ def _versions(kubectl: Kubectl, ns: str, name: str) -> dict[str, str]:
             for kind in ("llmd", "deployment", "service", "poddisruptionbudget")}
 
 
+def settled_versions(kubectl: Kubectl, operator: Operator, ns: str, name: str) -> dict[str, str]:
+    """The objects' resourceVersions once a complete reconcile of `name` changed none of them (the last
+    status writes of the roll-out are over)."""
+    def unchanged_across_a_reconcile() -> dict[str, str] | None:
+        before, mark = _versions(kubectl, ns, name), operator.mark()
+        operator.wait_reconciles(ns, name, 1, since=mark)
+        return before if _versions(kubectl, ns, name) == before else None
+
+    result: dict[str, str] = wait_for(f"{name}'s objects to settle", unchanged_across_a_reconcile, 120)
+    return result
+
+
 def test_resync_and_restart_write_nothing(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
     apply_example(kubectl, namespace, "qwen3-8b-l4.yaml")
     wait_condition(kubectl, namespace, "qwen3-8b", "Ready", "True", timeout=90)
-    time.sleep(RESYNC_SECONDS + 1)  # let the last status write settle
-    before = _versions(kubectl, namespace, "qwen3-8b")
-    time.sleep(3 * RESYNC_SECONDS)  # several resyncs
+    before = settled_versions(kubectl, operator, namespace, "qwen3-8b")
+    operator.wait_reconciles(namespace, "qwen3-8b", 3, since=operator.mark())  # several resyncs
     assert _versions(kubectl, namespace, "qwen3-8b") == before, "a resync wrote"
+    restart = operator.mark()
     operator.stop()
     operator.start()
-    time.sleep(3 * RESYNC_SECONDS + 5)  # startup and several resyncs of the new process
+    operator.wait_reconciles(namespace, "qwen3-8b", 3, since=restart)  # startup and several resyncs
     assert operator.process is not None and operator.process.poll() is None, operator.output()[-2000:]
     assert _versions(kubectl, namespace, "qwen3-8b") == before, "the restarted operator wrote"
 
