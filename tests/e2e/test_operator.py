@@ -13,6 +13,9 @@ from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, Operator, _free_port, wa
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.e2e
+#: deleting an LLMDeployment: Kopf removes its finalizer at once, or, when the resync timer is mid-run, at its
+#: next check (settings.background.cancellation_polling, 60 s); with room for a loaded machine
+DELETE_SECONDS = 60 + 60
 
 
 def apply_example(kubectl: Kubectl, namespace: str, name: str, **changes: Any) -> dict[str, Any]:
@@ -157,7 +160,11 @@ def test_delete_garbage_collects_children(kubectl: Kubectl, operator: Operator, 
     apply_example(kubectl, namespace, "qwen3-8b-l4.yaml")
     wait_condition(kubectl, namespace, "qwen3-8b", "Planned", "True")
     wait_for("the Deployment", lambda: kubectl.maybe("deployment", "qwen3-8b", "-n", namespace))
-    kubectl("delete", "llmd", "qwen3-8b", "-n", namespace)
+    # not `kubectl delete`'s own wait: it would outlast Kubectl's 60 s subprocess timeout when Kopf holds the
+    # finalizer for its cancellation polling
+    kubectl("delete", "llmd", "qwen3-8b", "-n", namespace, "--wait=false")
+    wait_for("the LLMDeployment to be gone (its finalizer removed)",
+             lambda: kubectl.maybe("llmd", "qwen3-8b", "-n", namespace) is None, DELETE_SECONDS)
     for kind in ("deployment", "service", "poddisruptionbudget"):
         wait_for(f"{kind} to be garbage-collected",
                  lambda kind=kind: kubectl.maybe(kind, "qwen3-8b", "-n", namespace) is None, 60)
