@@ -220,7 +220,8 @@ def _stop_dev_operator(kubectl: Kubectl) -> None:
         os.killpg(pid, signal.SIGTERM)
     wait_for("`make dev`'s operator to exit", lambda: not _pid_alive(pid), timeout=30)
     pid_file.unlink(missing_ok=True)
-    kubectl("delete", "validatingwebhookconfiguration", "llm-autopilot.io", "--ignore-not-found", check=False)
+    kubectl("delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "llm-autopilot.io",
+            "--ignore-not-found", check=False)
 
 
 # ---- nothing left behind ---------------------------------------------------------------------------------

@@ -192,7 +192,9 @@ def test_kopf_registers_the_webhook_configuration(kubectl: Kubectl, namespace: s
         assert "needs at least 8 x H100-80GB" in wait_for("the API server calling Kopf's webhook", denied)
     finally:
         op.stop()
-        kubectl("delete", "validatingwebhookconfiguration", "llm-autopilot.io", "--ignore-not-found", check=False)
+        # Kopf registers an (empty) mutating configuration of the same name beside the validating one
+        kubectl("delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "llm-autopilot.io",
+                "--ignore-not-found", check=False)
 
 
 def test_webhook_rejects_infeasible_with_the_planners_message(kubectl: Kubectl, operator: Operator,
