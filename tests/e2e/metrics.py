@@ -9,8 +9,9 @@ Import the fixtures into a test module (pytest finds them there)::
 * ``vllm_sim`` (session): a started :class:`VllmSimulator` (hack/vllm_sim.py) whose pods Prometheus scrapes
   (file_sd in ``<state>/prometheus/vllm-targets``) every 2 s, labelled ``namespace``/``pod``.
 
-Helpers: :func:`prom_query` (instant query, raises on error), :func:`wait_for_series`, :func:`stop_prometheus`
-/ :func:`start_prometheus` and the context manager :func:`prometheus_stopped`.
+Helpers: :func:`prom_query` (instant query, raises on error), :func:`wait_for_series`, :func:`wait_scraped`
+(the simulator's latest values are in Prometheus), :func:`forget_namespace` (drop a namespace's simulated pods),
+:func:`stop_prometheus` / :func:`start_prometheus` and the context manager :func:`prometheus_stopped`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from tests.e2e.conftest import CLUSTER, Kubectl, listening
 __all__ = [
     "SimulatorError",
     "VllmSimulator",
+    "forget_namespace",
     "prom_query",
     "prometheus_stopped",
     "prometheus_url",
@@ -42,6 +44,7 @@ __all__ = [
     "stop_prometheus",
     "vllm_sim",
     "wait_for_series",
+    "wait_scraped",
 ]
 
 SCRAPE_SECONDS = 2  # hack/cluster.py PROMETHEUS_SCRAPE_SECONDS
@@ -72,6 +75,24 @@ def wait_for_series(url: str, query: str, timeout: float = DISCOVERY_TIMEOUT) ->
                 return list(last)
         time.sleep(0.5)
     raise AssertionError(f"no series for {query!r} after {timeout}s; last: {last!r}")
+
+
+def wait_scraped(url: str, sim: VllmSimulator, namespace: str, pods: list[str],
+                 timeout: float = DISCOVERY_TIMEOUT) -> None:
+    """Wait until Prometheus holds each simulated pod's current preemption counter: its latest values are
+    scraped (the counter only grows, so an equal sample is the latest one)."""
+    for pod in pods:
+        current = sim.get_pod(namespace, pod)
+        assert current is not None, f"no simulated pod {namespace}/{pod}"
+        query = f'vllm:num_preemptions_total{{namespace="{namespace}",pod="{pod}"}} == {current.num_preemptions_total}'
+        wait_for_series(url, query, timeout)
+
+
+def forget_namespace(sim: VllmSimulator, namespace: str) -> None:
+    """Delete every simulated pod of `namespace` (their scrape targets go with them)."""
+    for pod in sim.pods():
+        if pod.namespace == namespace:
+            sim.delete_pod(namespace, pod.pod)
 
 
 def _prometheus_ready(url: str) -> bool:

@@ -18,10 +18,13 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -39,7 +42,10 @@ pytestmark = pytest.mark.e2e
 
 RELEASE = "llm-autopilot"  # fullname = release name: the `job` label of the operator's ServiceMonitor targets
 RELEASE_NAMESPACE = "llm-autopilot-alerts"
-FOR = "4s"  # kvSaturationFor, notReadyFor, operatorDownFor (15m, 30m, 5m by default)
+KV_WINDOW = "10s"  # kvSaturationWindow (5m by default)
+FOR = "4s"  # kvSaturationFor, notReadyFor, operatorDownFor (10m, 30m, 5m by default)
+FOR_SECONDS = 4
+EVALUATION_SECONDS = 2  # hack/cluster.py: Prometheus' evaluation_interval
 RULE_FILE = "e2e-llm-autopilot-alerts.yaml"
 OPERATOR_TARGET = "e2e-alerts-operator"
 ALERT_TIMEOUT = 60.0  # file_sd refresh (5 s) + scrapes (2 s) + evaluations (2 s) + `for` (4 s), with slack
@@ -76,10 +82,33 @@ def wait_firing(url: str, name: str, timeout: float = ALERT_TIMEOUT, **labels: s
     return found[0]
 
 
-def wait_pending(url: str, name: str, timeout: float = ALERT_TIMEOUT, **labels: str) -> None:
-    """The alert is pending (its condition holds, `for` not yet over); polled faster than `for` (4 s)."""
-    wait_for(f"{name}{labels} pending",
-             lambda: [a for a in active_alerts(url, name, **labels) if a["state"] == "pending"], timeout, 0.5)
+def wait_active(url: str, name: str, timeout: float = ALERT_TIMEOUT, **labels: str) -> None:
+    """The alert's condition holds: pending, or already firing (on a loaded machine the 4-s pending phase
+    can pass between two polls)."""
+    wait_for(f"{name}{labels} pending or firing", lambda: active_alerts(url, name, **labels), timeout, 0.5)
+
+
+def alert_record(url: str, name: str, since: float, **labels: str) -> dict[str, list[float]]:
+    """When Prometheus evaluated the alert as pending and as firing since `since` (unix time): the ALERTS
+    series it writes at every evaluation, so a pending phase shorter than a poll is still on record."""
+    selector = ",".join([f'alertname="{name}"', *(f'{k}="{v}"' for k, v in labels.items())])
+    window = int(time.time() - since) + 2 * EVALUATION_SECONDS
+    record: dict[str, list[float]] = {"pending": [], "firing": []}
+    for series in prom_query(url, f"ALERTS{{{selector}}}[{window}s]"):
+        record[series["metric"]["alertstate"]] += [float(t) for t, _ in series["values"] if float(t) >= since]
+    return record
+
+
+def wait_held_back_then_firing(url: str, name: str, since: float, **labels: str) -> dict[str, Any]:
+    """The alert fires, and Prometheus' record shows `for` held it back: pending first, firing no sooner
+    than FOR_SECONDS after."""
+    wait_active(url, name, **labels)
+    alert = wait_firing(url, name, **labels)
+    record: dict[str, list[float]] = wait_for(f"{name} firing on record", lambda: (
+        r if (r := alert_record(url, name, since, **labels))["firing"] else None), 30)
+    assert record["pending"], f"{name} fired without a pending phase: {record}"
+    assert min(record["firing"]) - min(record["pending"]) >= FOR_SECONDS, record
+    return alert
 
 
 def wait_inactive(url: str, name: str, timeout: float = ALERT_TIMEOUT, **labels: str) -> None:
@@ -98,6 +127,7 @@ def render_rules(workdir: Path) -> Path:
     helm = subprocess.run([sys.executable, str(ROOT / "hack" / "helm.py"), "path"], check=True,
                           capture_output=True, text=True, timeout=300).stdout.strip()
     values = ["monitoring.prometheusRule.enabled=true", f"monitoring.prometheusRule.kvSaturationFor={FOR}",
+              f"monitoring.prometheusRule.kvSaturationWindow={KV_WINDOW}",
               f"monitoring.prometheusRule.notReadyFor={FOR}", f"monitoring.prometheusRule.operatorDownFor={FOR}"]
     rendered = subprocess.run(
         [helm, "template", RELEASE, str(ROOT / "charts" / "llm-autopilot"), "--namespace", RELEASE_NAMESPACE,
@@ -178,25 +208,58 @@ def test_rules_load_with_health_ok(prometheus_url: str, rules: Path) -> None:
         assert by_name[name]["duration"] == 4, by_name[name]
 
 
+@contextmanager
+def preempting(sim: VllmSimulator, namespace: str, pod: str) -> Iterator[None]:
+    """The pod's preemption counter keeps climbing, as a saturated vLLM's does."""
+    stop = threading.Event()
+
+    def climb() -> None:
+        while not stop.is_set():
+            current = sim.get_pod(namespace, pod)
+            if current is not None:
+                sim.set_pod(namespace, pod, num_preemptions_total=current.num_preemptions_total + 1)
+            stop.wait(1)
+
+    thread = threading.Thread(target=climb, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
+
+
 def test_kv_saturation_fires(prometheus_url: str, rules: Path, vllm_sim: VllmSimulator, namespace: str) -> None:
-    hot, calm = "chat-5d8f7c9b6d-x7k2p", "other-6c9f8d7b5c-q4m8z"
+    """The operator's own rule: average usage, climbing preemptions and a queue that stays, over the window."""
+    hot, calm, busy = "chat-5d8f7c9b6d-x7k2p", "other-6c9f8d7b5c-q4m8z", "busy-7b6c5d4f3e-r2t9w"
+    since = time.time()
     vllm_sim.set_pod(namespace, hot, model_name="Qwen/Qwen3-8B", kv_cache_usage_perc=0.97,
                      num_requests_running=24, num_requests_waiting=8, labels={"llmdeployment": "chat"})
     vllm_sim.set_pod(namespace, calm, model_name="Qwen/Qwen3-8B", kv_cache_usage_perc=0.5,
                      labels={"llmdeployment": "other"})
+    # as full as the hot one, but nothing preempted and nothing waiting: busy, not saturated
+    vllm_sim.set_pod(namespace, busy, model_name="Qwen/Qwen3-8B", kv_cache_usage_perc=0.97,
+                     num_requests_running=24, num_requests_waiting=0, labels={"llmdeployment": "busy"})
+    with preempting(vllm_sim, namespace, hot):
+        alerting(prometheus_url, vllm_sim, namespace, hot, calm, busy, since)
+
+
+def alerting(prometheus_url: str, vllm_sim: VllmSimulator, namespace: str, hot: str, calm: str, busy: str,
+             since: float) -> None:
     try:
-        wait_pending(prometheus_url, "LLMAutopilotKVCacheSaturated", namespace=namespace)
-        alert = wait_firing(prometheus_url, "LLMAutopilotKVCacheSaturated", namespace=namespace)
+        alert = wait_held_back_then_firing(prometheus_url, "LLMAutopilotKVCacheSaturated", since,
+                                           namespace=namespace)
         assert alert["labels"]["llmdeployment"] == "chat" and alert["labels"]["severity"] == "warning"
         assert float(alert["value"]) == pytest.approx(0.97)
         assert f"{namespace}/chat saturated" in alert["annotations"]["summary"]
-        assert not active_alerts(prometheus_url, "LLMAutopilotKVCacheSaturated", namespace=namespace,
-                                 llmdeployment="other")
+        for other in ("other", "busy"):
+            assert not active_alerts(prometheus_url, "LLMAutopilotKVCacheSaturated", namespace=namespace,
+                                     llmdeployment=other)
         vllm_sim.set_pod(namespace, hot, kv_cache_usage_perc=0.6)  # load drops: the alert resolves
         wait_inactive(prometheus_url, "LLMAutopilotKVCacheSaturated", namespace=namespace)
     finally:
-        vllm_sim.delete_pod(namespace, hot)
-        vllm_sim.delete_pod(namespace, calm)
+        for pod in (hot, calm, busy):
+            vllm_sim.delete_pod(namespace, pod)
 
 
 def vllm_deployment(name: str) -> dict[str, Any]:
@@ -303,9 +366,9 @@ def test_operator_down_fires(operator: Operator, prometheus_url: str, rules: Pat
     operator_target(port)
     wait_for("the operator scraped", lambda: operator_up(prometheus_url, port, 1), 30)
     wait_inactive(prometheus_url, name)
+    since = time.time()
     operator_target(closed)  # nothing listens there: the scrape fails, up == 0
-    wait_pending(prometheus_url, name)  # held back by `for` first
-    alert = wait_firing(prometheus_url, name)
+    alert = wait_held_back_then_firing(prometheus_url, name, since)  # held back by `for` first
     assert alert["labels"] == {"alertname": name, "severity": "critical", "job": "llm-autopilot",
                                "namespace": RELEASE_NAMESPACE}
     assert alert["annotations"]["summary"] == summary

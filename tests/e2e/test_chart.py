@@ -107,8 +107,9 @@ def helm() -> Path:
 
 
 @pytest.fixture(scope="session")
-def chart_cluster(kubectl: Kubectl) -> Kubectl:
-    """The cluster with every CRD the chart's manifests use, and the dry-run namespaces."""
+def chart_cluster(kubectl: Kubectl) -> Iterator[Kubectl]:
+    """The cluster with every CRD the chart's manifests use, and the dry-run namespaces (deleted afterwards;
+    the CRDs stay, like the cluster)."""
     out = subprocess.run([sys.executable, str(HELM_PY), "crds", "--print"], check=True, capture_output=True,
                          text=True)
     files = [*sorted((CHART / "crds").glob("*.yaml")), *(Path(p) for p in out.stdout.split())]
@@ -118,10 +119,12 @@ def chart_cluster(kubectl: Kubectl) -> Kubectl:
                 "podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com",
                 "certificates.cert-manager.io", "issuers.cert-manager.io"):
         kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
-    for ns in (DRY_NS, *DRY_WATCHED):
-        if kubectl.maybe("namespace", ns) is None:
-            kubectl("create", "namespace", ns)
-    return kubectl
+    created = [ns for ns in (DRY_NS, *DRY_WATCHED) if kubectl.maybe("namespace", ns) is None]
+    for ns in created:
+        kubectl("create", "namespace", ns)
+    yield kubectl
+    for ns in created:
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 def run_helm(helm: Path, *args: str, env: dict[str, str] | None = None,
@@ -462,7 +465,8 @@ def test_operator_with_the_charts_service_account(chart_cluster: Kubectl, helm: 
         message = wait_for("the webhook's rejection", rejected, timeout=30)
         assert "does not fit" in message and "8 x H100-80GB" in message
         assert kubectl.maybe("llmd", "llama-405b", "-n", namespace) is None
-        time.sleep(2 * RESYNC_SECONDS)  # a few resyncs with events, status reads and node lists
+        # a few resyncs with events, status reads and node lists
+        op.wait_reconciles(namespace, "qwen3-8b", 2, since=op.mark())
         assert forbidden(op.output()) == [], "\n".join(forbidden(op.output()))
     finally:
         op.stop()
@@ -537,23 +541,24 @@ def test_ha_peering_hands_over_without_duplicate_writes(chart_cluster: Kubectl, 
         # the standby starts paused (peering is pre-activated) and stays so while it sees a higher priority
         wait_for("the standby's keep-alive", lambda: low.env["POD_ID"] in json.dumps(
             kubectl.json("kopfpeering", "llm-autopilot", "-n", namespace).get("status") or {}), timeout=60)
-        time.sleep(2 * RESYNC_SECONDS)
+        # while the active replica resyncs twice, the standby (which has seen both keep-alives) stays paused
+        high.wait_reconciles(namespace, "qwen3-8b", 2, since=high.mark())
         assert "Resuming operations" not in low.output(), "the standby did not pause"
         before = _resource_versions(kubectl, namespace, "qwen3-8b")
         assert _writes(low.output()) == [], "the standby wrote while paused"
 
         graceful = _handover(kubectl, namespace, high, low, signal.SIGTERM, "after-sigterm")
-        time.sleep(3 * RESYNC_SECONDS)  # the new active replica resyncs qwen3-8b: nothing may change
-        assert _resource_versions(kubectl, namespace, "qwen3-8b") == before
+        low.wait_reconciles(namespace, "qwen3-8b", 3, since=low.mark())  # the new active replica resyncs it:
+        assert _resource_versions(kubectl, namespace, "qwen3-8b") == before  # nothing may change
 
         high2 = replica("high2", 100)
         procs.append(high2)
         high2.start()
         wait_for("the standby to pause again for the higher priority",
                  lambda: "Pausing operations in favour of" in low.output(), timeout=60)
-        time.sleep(2 * RESYNC_SECONDS)
+        high2.wait_reconciles(namespace, "qwen3-8b", 2, since=0)  # high2 is active before it is killed
         crash = _handover(kubectl, namespace, high2, low, signal.SIGKILL, "after-sigkill")
-        time.sleep(3 * RESYNC_SECONDS)
+        low.wait_reconciles(namespace, "qwen3-8b", 3, since=low.mark())
         assert _resource_versions(kubectl, namespace, "qwen3-8b") == before
 
         # one field manager per object: nobody but `llm-autopilot` applied the workload

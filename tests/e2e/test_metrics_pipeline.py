@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,11 +23,13 @@ from tests.e2e.conftest import Kubectl, wait_for
 from tests.e2e.metrics import (
     SCRAPE_SECONDS,
     VllmSimulator,
+    forget_namespace,
     prom_query,
     prometheus_stopped,
     prometheus_url,
     vllm_sim,
     wait_for_series,
+    wait_scraped,
 )
 
 pytestmark = pytest.mark.e2e
@@ -35,9 +38,13 @@ __all__ = ["prometheus_url", "vllm_sim"]  # fixtures, imported for pytest
 WINDOW = 30  # seconds, the saturation window under test
 
 
-def _sim_ns() -> str:
-    """A namespace name for simulated pods (they need no Kubernetes namespace)."""
-    return f"sim-{uuid.uuid4().hex[:8]}"
+@pytest.fixture
+def sim_ns(vllm_sim: VllmSimulator) -> Iterator[str]:
+    """A namespace name for simulated pods (they need no Kubernetes namespace); its pods are forgotten
+    afterwards, also when the test fails half-way."""
+    ns = f"sim-{uuid.uuid4().hex[:8]}"
+    yield ns
+    forget_namespace(vllm_sim, ns)
 
 
 def _http(method: str, url: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
@@ -55,8 +62,8 @@ def _value(series: list[dict[str, Any]]) -> float:
     return float(series[0]["value"][1])
 
 
-def test_simulated_pod_values_reach_prometheus(vllm_sim: VllmSimulator, prometheus_url: str) -> None:
-    ns, pod = _sim_ns(), "qwen-5d8f7c9b6d-abcde"
+def test_simulated_pod_values_reach_prometheus(vllm_sim: VllmSimulator, prometheus_url: str, sim_ns: str) -> None:
+    ns, pod = sim_ns, "qwen-5d8f7c9b6d-abcde"
     values = {"model_name": "Qwen/Qwen3-8B", "vllm_version": "0.33.0", "kv_cache_usage_perc": 0.97,
               "num_requests_running": 12, "num_requests_waiting": 4, "num_preemptions_total": 7,
               "num_gpu_blocks": 1234}
@@ -152,11 +159,11 @@ def _drive(sim: VllmSimulator, ns: str, seconds: float, plan: dict[str, Any]) ->
             assert current is not None
             sim.set_pod(ns, pod, kv_cache_usage_perc=usage(elapsed),
                         num_preemptions_total=current.num_preemptions_total + 1)
-        time.sleep(SCRAPE_SECONDS / 2)
+        time.sleep(SCRAPE_SECONDS / 2)  # paces the updates (two per scrape); waits for nothing
 
 
-def test_kv_saturation_from_prometheus(vllm_sim: VllmSimulator, prometheus_url: str) -> None:
-    ns = _sim_ns()
+def test_kv_saturation_from_prometheus(vllm_sim: VllmSimulator, prometheus_url: str, sim_ns: str) -> None:
+    ns = sim_ns
     pods = {"qwen": "qwen-5d8f7c9b6d-abcde", "llama": "llama-7c9f8b6d5c-xk2lp", "mistral": "mistral-6b7c8d9f5d-q8zrt"}
     for pod in pods.values():
         vllm_sim.set_pod(ns, pod, model_name="Qwen/Qwen3-8B", kv_cache_usage_perc=0.95, num_requests_running=8)
@@ -170,7 +177,7 @@ def test_kv_saturation_from_prometheus(vllm_sim: VllmSimulator, prometheus_url: 
         pods["llama"]: lambda _: 0.40,
         pods["mistral"]: lambda t: 0.50 if dip[0] <= t <= dip[1] else 0.98,
     })
-    time.sleep(SCRAPE_SECONDS + 0.5)  # the last values scraped
+    wait_scraped(prometheus_url, vllm_sim, ns, list(pods.values()))  # the last values scraped
 
     signals = _signals(prometheus_url)
     saturated = signals.kv_saturation(ns, "qwen", threshold=0.9, window=WINDOW)
@@ -186,9 +193,9 @@ def test_kv_saturation_from_prometheus(vllm_sim: VllmSimulator, prometheus_url: 
         vllm_sim.delete_pod(ns, pod)
 
 
-def test_old_vllm_metric_name(vllm_sim: VllmSimulator, prometheus_url: str) -> None:
+def test_old_vllm_metric_name(vllm_sim: VllmSimulator, prometheus_url: str, sim_ns: str) -> None:
     """vLLM before 0.9.2 exposes vllm:gpu_cache_usage_perc only; the operator's query reads it."""
-    ns, window = _sim_ns(), 10
+    ns, window = sim_ns, 10
     old, new = "oldllm-5d8f7c9b6d-abcde", "newllm-5d8f7c9b6d-abcde"
     vllm_sim.set_pod(ns, old, model_name="meta-llama/Llama-3.1-8B", vllm_version="0.9.1", kv_cache_usage_perc=0.96)
     vllm_sim.set_pod(ns, new, model_name="meta-llama/Llama-3.1-8B", vllm_version="0.10.2", kv_cache_usage_perc=0.5)
@@ -200,7 +207,7 @@ def test_old_vllm_metric_name(vllm_sim: VllmSimulator, prometheus_url: str) -> N
     assert sorted(s["metric"]["__name__"] for s in both) == ["vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"]
 
     _drive(vllm_sim, ns, window + 2 * SCRAPE_SECONDS, {old: lambda _: 0.96})
-    time.sleep(SCRAPE_SECONDS + 0.5)
+    wait_scraped(prometheus_url, vllm_sim, ns, [old])
     saturated = _signals(prometheus_url).kv_saturation(ns, "oldllm", threshold=0.9, window=window)
     assert saturated is not None and saturated.signal is Signal.KV_SATURATION
     assert "gpu_cache_usage_perc" in saturated.evidence["query"]
@@ -227,8 +234,8 @@ def test_simulator_kv_usage_names_by_version(version: str, hidden: bool, names: 
 
 
 def test_prometheus_down_raises_metrics_unavailable(kubectl: Kubectl, vllm_sim: VllmSimulator,
-                                                    prometheus_url: str) -> None:
-    ns = _sim_ns()
+                                                    prometheus_url: str, sim_ns: str) -> None:
+    ns = sim_ns
     vllm_sim.set_pod(ns, "qwen-5d8f7c9b6d-abcde", model_name="Qwen/Qwen3-8B", kv_cache_usage_perc=0.2)
     signals = _signals(prometheus_url)
     assert signals.healthy()

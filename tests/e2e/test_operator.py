@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -10,10 +9,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, Operator, wait_for
+from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, Operator, _free_port, wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.e2e
+#: deleting an LLMDeployment: Kopf removes its finalizer at once, or, when the resync timer is mid-run, at its
+#: next check (settings.background.cancellation_polling, 60 s); with room for a loaded machine
+DELETE_SECONDS = 60 + 60
 
 
 def apply_example(kubectl: Kubectl, namespace: str, name: str, **changes: Any) -> dict[str, Any]:
@@ -158,10 +160,41 @@ def test_delete_garbage_collects_children(kubectl: Kubectl, operator: Operator, 
     apply_example(kubectl, namespace, "qwen3-8b-l4.yaml")
     wait_condition(kubectl, namespace, "qwen3-8b", "Planned", "True")
     wait_for("the Deployment", lambda: kubectl.maybe("deployment", "qwen3-8b", "-n", namespace))
-    kubectl("delete", "llmd", "qwen3-8b", "-n", namespace)
+    # not `kubectl delete`'s own wait: it would outlast Kubectl's 60 s subprocess timeout when Kopf holds the
+    # finalizer for its cancellation polling
+    kubectl("delete", "llmd", "qwen3-8b", "-n", namespace, "--wait=false")
+    wait_for("the LLMDeployment to be gone (its finalizer removed)",
+             lambda: kubectl.maybe("llmd", "qwen3-8b", "-n", namespace) is None, DELETE_SECONDS)
     for kind in ("deployment", "service", "poddisruptionbudget"):
         wait_for(f"{kind} to be garbage-collected",
                  lambda kind=kind: kubectl.maybe(kind, "qwen3-8b", "-n", namespace) is None, 60)
+
+
+def test_kopf_registers_the_webhook_configuration(kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
+    """`make dev`'s way (LLM_AUTOPILOT_WEBHOOK_MANAGED unset): Kopf registers the ValidatingWebhookConfiguration
+    itself. The session operator registers a namespace-limited one instead (Kopf's selects every namespace),
+    so this runs its own operator."""
+    port = _free_port()
+    env = {**kubectl.env, "LLM_AUTOPILOT_RESYNC_SECONDS": str(RESYNC_SECONDS), "LLM_AUTOPILOT_WEBHOOK": "true",
+           "LLM_AUTOPILOT_WEBHOOK_PORT": str(port), "LLM_AUTOPILOT_WEBHOOK_CERT_DIR": str(tmp_path / "certs"),
+           "HF_ENDPOINT": "http://127.0.0.1:9", "LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS": "1"}
+    op = Operator(env, tmp_path / "operator.log", [f"--namespace={namespace}"]).start()
+    try:
+        vwc = wait_for("Kopf's webhook configuration",
+                       lambda: op.alive() and kubectl.maybe("validatingwebhookconfiguration", "llm-autopilot.io"))
+        assert vwc["webhooks"][0]["clientConfig"]["url"] == f"https://127.0.0.1:{port}/validate-llmdeployment"
+
+        def denied() -> str | None:
+            infeasible = str(EXAMPLES / "infeasible-llama-405b.yaml")
+            result = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", infeasible, check=False)
+            return result.stderr if result.returncode != 0 and "denied the request" in result.stderr else None
+
+        assert "needs at least 8 x H100-80GB" in wait_for("the API server calling Kopf's webhook", denied)
+    finally:
+        op.stop()
+        # Kopf registers an (empty) mutating configuration of the same name beside the validating one
+        kubectl("delete", "validatingwebhookconfiguration,mutatingwebhookconfiguration", "llm-autopilot.io",
+                "--ignore-not-found", check=False)
 
 
 def test_webhook_rejects_infeasible_with_the_planners_message(kubectl: Kubectl, operator: Operator,
@@ -211,16 +244,28 @@ def _versions(kubectl: Kubectl, ns: str, name: str) -> dict[str, str]:
             for kind in ("llmd", "deployment", "service", "poddisruptionbudget")}
 
 
+def settled_versions(kubectl: Kubectl, operator: Operator, ns: str, name: str) -> dict[str, str]:
+    """The objects' resourceVersions once a complete reconcile of `name` changed none of them (the last
+    status writes of the roll-out are over)."""
+    def unchanged_across_a_reconcile() -> dict[str, str] | None:
+        before, mark = _versions(kubectl, ns, name), operator.mark()
+        operator.wait_reconciles(ns, name, 1, since=mark)
+        return before if _versions(kubectl, ns, name) == before else None
+
+    result: dict[str, str] = wait_for(f"{name}'s objects to settle", unchanged_across_a_reconcile, 120)
+    return result
+
+
 def test_resync_and_restart_write_nothing(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
     apply_example(kubectl, namespace, "qwen3-8b-l4.yaml")
     wait_condition(kubectl, namespace, "qwen3-8b", "Ready", "True", timeout=90)
-    time.sleep(RESYNC_SECONDS + 1)  # let the last status write settle
-    before = _versions(kubectl, namespace, "qwen3-8b")
-    time.sleep(3 * RESYNC_SECONDS)  # several resyncs
+    before = settled_versions(kubectl, operator, namespace, "qwen3-8b")
+    operator.wait_reconciles(namespace, "qwen3-8b", 3, since=operator.mark())  # several resyncs
     assert _versions(kubectl, namespace, "qwen3-8b") == before, "a resync wrote"
+    restart = operator.mark()
     operator.stop()
     operator.start()
-    time.sleep(3 * RESYNC_SECONDS + 5)  # startup and several resyncs of the new process
+    operator.wait_reconciles(namespace, "qwen3-8b", 3, since=restart)  # startup and several resyncs
     assert operator.process is not None and operator.process.poll() is None, operator.output()[-2000:]
     assert _versions(kubectl, namespace, "qwen3-8b") == before, "the restarted operator wrote"
 

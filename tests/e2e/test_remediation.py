@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, Operator, wait_for
+from tests.e2e.conftest import Kubectl, Operator, wait_for
 from tests.e2e.test_operator import args_of, flag, running_pods, wait_condition
 
 pytestmark = pytest.mark.e2e
@@ -101,9 +100,10 @@ def test_restart_mid_remediation_does_not_step_twice(kubectl: Kubectl, operator:
     deploy(kubectl, namespace)
     crash(kubectl, namespace, "qwen", "OOMKilled", 137)
     wait_for("the first step", lambda: remediation(kubectl, namespace).get("rung") == 1, 30)
+    restart = operator.mark()
     operator.stop()
     operator.start()
-    time.sleep(3 * RESYNC_SECONDS + 4)
+    operator.wait_reconciles(namespace, "qwen", 3, since=restart)  # the new process resumes and resyncs
     assert remediation(kubectl, namespace)["rung"] == 1
     assert container(kubectl, namespace)["resources"]["limits"]["memory"] == "54Gi"
 

@@ -12,14 +12,22 @@ import pytest
 import yaml
 from hack.vllm_sim import VllmSimulator
 
-from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, Operator, wait_for
-from tests.e2e.metrics import prometheus_stopped
+from tests.e2e.conftest import Kubectl, Operator, wait_for
+from tests.e2e.metrics import forget_namespace, prometheus_stopped
 from tests.e2e.test_operator import args_of, running_pods, wait_condition
 from tests.e2e.test_remediation import crash, remediation
 
 pytestmark = pytest.mark.e2e
 WINDOW = 30  # kvSaturationWindowSeconds (the API's minimum)
 STABLE = 60  # stableWindowSeconds (the API's minimum)
+
+
+@pytest.fixture(autouse=True)
+def _simulated_pods_forgotten(request: pytest.FixtureRequest, namespace: str) -> Iterator[None]:
+    """The simulator outlives the test: drop the pods `load` fed for this namespace."""
+    yield
+    if "vllm_sim" in request.fixturenames:
+        forget_namespace(request.getfixturevalue("vllm_sim"), namespace)
 
 
 def deploy(kubectl: Kubectl, ns: str) -> str:
@@ -107,7 +115,11 @@ def test_alternating_signals_make_a_bounded_number_of_changes(kubectl: Kubectl, 
                    and r, 15)
     assert rem["rung"] == 1
     with load(vllm_sim, namespace, kubectl, usage=0.3, preempting=False):
-        time.sleep(STABLE + 10)  # one stable window is no longer enough: the next relax waits twice as long
+        # one stable window is no longer enough: the next relax waits twice as long. The guard counts the
+        # operator's clock, so this is a span of time to let pass, not a state to wait for; then one complete
+        # reconcile judges it.
+        time.sleep(STABLE + 10)
+        operator.wait_reconciles(namespace, "chat", 1, since=operator.mark())
         assert kv_dtype(kubectl, namespace) == "fp8"
     assert len(steps(kubectl, namespace)) == 3  # step, relax, step: no flapping
 
@@ -120,8 +132,9 @@ def test_prometheus_down_holds_still_and_says_why(kubectl: Kubectl, operator: Op
         llmd = wait_condition(kubectl, namespace, "chat", "MetricsAvailable", "False", timeout=30)
         cond = next(c for c in llmd["status"]["conditions"] if c["type"] == "MetricsAvailable")
         assert cond["reason"] == "PrometheusUnreachable" and "holds still" in cond["message"]
+        crashed = operator.mark()
         crash(kubectl, namespace, "chat", "OOMKilled", 137)  # evidence arrives while metrics are down
-        time.sleep(3 * RESYNC_SECONDS)
+        operator.wait_reconciles(namespace, "chat", 3, since=crashed)  # each one sees the crash
         assert kubectl.json("deployment", "chat", "-n", namespace)["metadata"]["generation"] == before
         assert remediation(kubectl, namespace, "chat").get("rung", 0) == 0
     wait_condition(kubectl, namespace, "chat", "MetricsAvailable", "True", timeout=30)
