@@ -44,6 +44,7 @@ test-unit: install ## Unit tests only (no cluster)
 lint: install ## ruff + mypy (strict)
 	$(BIN)/ruff check operator tests hack
 	$(BIN)/mypy
+	$(BIN)/mypy hack/localcluster hack/hub_server.py hack/vllm_load.py
 
 crds: install ## Regenerate the CRD (and the chart's copy) from the pydantic models
 	$(BIN)/python -m llm_autopilot.api.crd > $(CRD)
