@@ -434,3 +434,16 @@ def test_the_deployment_watch_retries_a_conflicting_status_write(handler_cluster
     handler_cluster.conflicts = 1
     handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
     assert len(handler_cluster.status_patches) == 1
+
+
+def test_an_invalid_spec_names_the_field_as_kubectl_does() -> None:
+    """The reconciler's InvalidSpec message uses the webhook's field paths (spec.vllm.env[0].name), not
+    pydantic's dotted tuple (spec.vllm.env.0.name), nor "spec.spec" for a spec-level rule."""
+    run = Run({**QWEN_H100, "vllm": {"env": [{"name": "A=B", "value": "x"}]}})
+    run.once()
+    planned = run.condition("Planned")
+    assert planned["status"] == "False" and planned["reason"] == "InvalidSpec"
+    assert planned["message"].startswith("spec.vllm.env[0].name: "), planned["message"]
+    run = Run({**QWEN_H100, "serving": {"maxModelLen": 1024}, "remediation": {"floors": {"minMaxModelLen": 2048}}})
+    run.once()
+    assert "spec.spec" not in run.condition("Planned")["message"], run.condition("Planned")

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from llm_autopilot.api import convert
 from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
+from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, find_gpu, gpu_from_labels
 from llm_autopilot.controller import telemetry
@@ -74,14 +75,6 @@ class Outcome:
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     writes: int = 0
     retry: bool = False
-
-
-def format_validation_error(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "spec"
-        parts.append(f"spec.{where}: {err['msg']}")
-    return "; ".join(parts)
 
 
 def _utcnow() -> datetime:
@@ -321,7 +314,7 @@ class Reconciler:
         try:
             spec = LLMDeploymentSpec.model_validate(spec_body)
         except ValidationError as exc:
-            return self.fail("InvalidSpec", format_validation_error(exc))
+            return self.fail("InvalidSpec", validation_message(exc))
         try:
             ctx = context(spec, self.owner.namespace, self.kube, self.settings)
         except UnknownGPUError as exc:
