@@ -147,36 +147,44 @@ def _signals(url: str) -> PrometheusSignals:
     return PrometheusSignals(PrometheusSettings(url=url))
 
 
-def _drive(sim: VllmSimulator, ns: str, seconds: float, plan: dict[str, Any]) -> None:
+def _drive(sim: VllmSimulator, ns: str, seconds: float, plan: dict[str, Any],
+           waiting: dict[str, Any] | None = None) -> None:
     """For `seconds`, every scrape interval: grow each pod's preemption counter, apply its kv usage plan.
 
-    `plan` maps pod -> callable(elapsed seconds) -> kv usage.
+    `plan` maps pod -> callable(elapsed seconds) -> kv usage; `waiting` (optional) maps pod -> callable(elapsed
+    seconds) -> requests waiting (otherwise the pod's queue stays as it was set).
     """
     start = time.monotonic()
     while (elapsed := time.monotonic() - start) < seconds:
         for pod, usage in plan.items():
             current = sim.get_pod(ns, pod)
             assert current is not None
+            queue = {"num_requests_waiting": waiting[pod](elapsed)} if waiting and pod in waiting else {}
             sim.set_pod(ns, pod, kv_cache_usage_perc=usage(elapsed),
-                        num_preemptions_total=current.num_preemptions_total + 1)
+                        num_preemptions_total=current.num_preemptions_total + 1, **queue)
         time.sleep(SCRAPE_SECONDS / 2)  # paces the updates (two per scrape); waits for nothing
 
 
 def test_kv_saturation_from_prometheus(vllm_sim: VllmSimulator, prometheus_url: str, sim_ns: str) -> None:
+    """The rule's PromQL on the real Prometheus: average usage, climbing preemptions, a queue that stays."""
     ns = sim_ns
-    pods = {"qwen": "qwen-5d8f7c9b6d-abcde", "llama": "llama-7c9f8b6d5c-xk2lp", "mistral": "mistral-6b7c8d9f5d-q8zrt"}
+    pods = {"qwen": "qwen-5d8f7c9b6d-abcde", "llama": "llama-7c9f8b6d5c-xk2lp", "mistral": "mistral-6b7c8d9f5d-q8zrt",
+            "gemma": "gemma-5c6d7e8f9b-m3n4p"}
     for pod in pods.values():
-        vllm_sim.set_pod(ns, pod, model_name="Qwen/Qwen3-8B", kv_cache_usage_perc=0.95, num_requests_running=8)
+        vllm_sim.set_pod(ns, pod, model_name="Qwen/Qwen3-8B", kv_cache_usage_perc=0.95, num_requests_running=8,
+                         num_requests_waiting=8)
     for pod in pods.values():
         wait_for_series(prometheus_url, f'vllm:kv_cache_usage_perc{{namespace="{ns}",pod="{pod}"}}')
 
-    # qwen: saturated the whole window; llama: low usage; mistral: high but one dip inside the window.
+    # qwen: saturated the whole window; llama: preempting but a low average; mistral: full and preempting, but its
+    # queue drained once inside the window; gemma: full with a queue, but nothing preempted (not driven: its
+    # counter stays)
     dip = (WINDOW * 0.4, WINDOW * 0.4 + 3 * SCRAPE_SECONDS)
     _drive(vllm_sim, ns, WINDOW + 2 * SCRAPE_SECONDS, {
         pods["qwen"]: lambda _: 0.97,
         pods["llama"]: lambda _: 0.40,
-        pods["mistral"]: lambda t: 0.50 if dip[0] <= t <= dip[1] else 0.98,
-    })
+        pods["mistral"]: lambda _: 0.98,
+    }, waiting={pods["mistral"]: lambda t: 0 if dip[0] <= t <= dip[1] else 8})
     wait_scraped(prometheus_url, vllm_sim, ns, list(pods.values()))  # the last values scraped
 
     signals = _signals(prometheus_url)
@@ -184,9 +192,10 @@ def test_kv_saturation_from_prometheus(vllm_sim: VllmSimulator, prometheus_url: 
     assert saturated is not None
     assert saturated.signal is Signal.KV_SATURATION
     assert float(saturated.evidence["value"]) >= 0.9
-    assert float(saturated.evidence["preemptions"]) > 0
+    assert float(saturated.evidence["preemptions"]) > 0 and float(saturated.evidence["minWaiting"]) >= 1
     assert signals.kv_saturation(ns, "llama", threshold=0.9, window=WINDOW) is None
     assert signals.kv_saturation(ns, "mistral", threshold=0.9, window=WINDOW) is None
+    assert signals.kv_saturation(ns, "gemma", threshold=0.9, window=WINDOW) is None
     # no pod of that name at all
     assert signals.kv_saturation(ns, "absent", threshold=0.9, window=WINDOW) is None
     for pod in pods.values():
@@ -197,7 +206,8 @@ def test_old_vllm_metric_name(vllm_sim: VllmSimulator, prometheus_url: str, sim_
     """vLLM before 0.9.2 exposes vllm:gpu_cache_usage_perc only; the operator's query reads it."""
     ns, window = sim_ns, 10
     old, new = "oldllm-5d8f7c9b6d-abcde", "newllm-5d8f7c9b6d-abcde"
-    vllm_sim.set_pod(ns, old, model_name="meta-llama/Llama-3.1-8B", vllm_version="0.9.1", kv_cache_usage_perc=0.96)
+    vllm_sim.set_pod(ns, old, model_name="meta-llama/Llama-3.1-8B", vllm_version="0.9.1", kv_cache_usage_perc=0.96,
+                     num_requests_waiting=8)
     vllm_sim.set_pod(ns, new, model_name="meta-llama/Llama-3.1-8B", vllm_version="0.10.2", kv_cache_usage_perc=0.5)
     selector = f'namespace="{ns}",pod="{old}"'
     assert _value(wait_for_series(prometheus_url, f"vllm:gpu_cache_usage_perc{{{selector}}}")) == pytest.approx(0.96)
