@@ -7,7 +7,7 @@ sets ``--compilation-config``), splits ``--flag=value``, and reads ``-O3`` as ``
 
 from __future__ import annotations
 
-from llm_autopilot.vllm.flags import normalise_flag
+from llm_autopilot.vllm.flags import is_option, normalise_flag
 
 #: Flags that break the pod the operator renders, with the right way to get what they do.
 _SECRET_IN_ARGS = "would put the secret in the pod spec and in status.plan.args, readable by anyone who can read them"
@@ -23,20 +23,10 @@ REFUSED_FLAGS: dict[str, str] = {
 }
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def normalised_flag(arg: str) -> str | None:
     """The option ``arg`` names, spelled as vLLM's own flags are (vllm.flags.normalise_flag); None when ``arg``
     is a value."""
-    if not arg.startswith("-") or _is_number(arg):
-        return None
-    return normalise_flag(arg)
+    return normalise_flag(arg) if is_option(arg) else None
 
 
 def extra_arg_problem(arg: str) -> str | None:

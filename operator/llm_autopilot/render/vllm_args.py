@@ -8,7 +8,14 @@ from dataclasses import dataclass
 
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Plan
-from llm_autopilot.vllm.flags import OPERATOR_OWNED_FLAGS, flag_name, is_owned, known_flags, normalise_flag
+from llm_autopilot.vllm.flags import (
+    OPERATOR_OWNED_FLAGS,
+    flag_name,
+    is_option,
+    is_owned,
+    known_flags,
+    normalise_flag,
+)
 
 #: OPERATOR_OWNED_FLAGS lives with the flag table (vllm/flags.py); re-exported for the callers of this module
 __all__ = ["OPERATOR_OWNED_FLAGS", "ServeOptions", "command_line", "conflicting_extra_args", "flags_in",
@@ -60,20 +67,12 @@ def command_line(plan: Plan, options: ServeOptions = ServeOptions()) -> str:
 
 
 def _options(args: Sequence[str]) -> list[str]:
-    return [a for a in args if a.startswith("-") and not _is_number(a)]
+    return [a for a in args if is_option(a)]
 
 
 def flags_in(args: Sequence[str]) -> list[str]:
     """The option names in an argument list as written (``--x=1`` counts as ``--x``)."""
     return [flag_name(a) for a in _options(args)]
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def unknown_flags(args: Sequence[str], version: str) -> list[str]:

@@ -55,6 +55,17 @@ def _entry(version: str | VLLMVersion) -> dict[str, Any]:
     return _table()[max(older)]
 
 
+def is_option(arg: str) -> bool:
+    """Whether a command-line argument is an option (``--x``, ``-tp``), not a value (``-1``, ``3.5``)."""
+    if not arg.startswith("-"):
+        return False
+    try:
+        float(arg)
+    except ValueError:
+        return True
+    return False
+
+
 def flag_name(arg: str) -> str:
     return arg.split("=", 1)[0]
 
