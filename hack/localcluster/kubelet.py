@@ -88,7 +88,7 @@ class Kubelet:
         self.cgroup_parent = Path("/nonexistent")
         self.workers: dict[str, PodWorker] = {}  # by pod uid
         self.problem: str | None = None
-        self.environment = self._environment()
+        self._environment_cache = self._environment()
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
@@ -96,6 +96,13 @@ class Kubelet:
 
     def log(self, message: str) -> None:
         print(f"[process-kubelet {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+    @property
+    def environment(self) -> Environment:
+        """What containers get; looked at again while vLLM is missing (an install may finish meanwhile)."""
+        if self._environment_cache.image_problem is not None:
+            self._environment_cache = self._environment()
+        return self._environment_cache
 
     def _environment(self) -> Environment:
         venv_bin = vllm_cpu.home() / "bin"
