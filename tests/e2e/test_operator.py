@@ -180,8 +180,14 @@ def test_kopf_registers_the_webhook_configuration(kubectl: Kubectl, namespace: s
            "HF_ENDPOINT": "http://127.0.0.1:9", "LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS": "1"}
     op = Operator(env, tmp_path / "operator.log", [f"--namespace={namespace}"]).start()
     try:
-        vwc = wait_for("Kopf's webhook configuration",
-                       lambda: op.alive() and kubectl.maybe("validatingwebhookconfiguration", "llm-autopilot.io"))
+        # Kopf creates the configuration first and patches its webhooks in after: wait for the webhooks
+        def registered() -> dict[str, Any] | None:
+            if not op.alive():
+                return None
+            vwc = kubectl.maybe("validatingwebhookconfiguration", "llm-autopilot.io")
+            return vwc if vwc and vwc.get("webhooks") else None
+
+        vwc = wait_for("Kopf's webhook configuration with its webhooks", registered)
         assert vwc["webhooks"][0]["clientConfig"]["url"] == f"https://127.0.0.1:{port}/validate-llmdeployment"
 
         def denied() -> str | None:
