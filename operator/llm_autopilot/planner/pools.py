@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from llm_autopilot.domain.gpu import GPUSpec
+from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest, PlanResult
 from llm_autopilot.planner.search import plan
 
@@ -25,6 +26,13 @@ class GPUPool:
 class PoolChoice:
     pool: GPUPool | None
     result: PlanResult
+
+
+def replicas_that_fit(config: ServingConfig, pool: GPUPool) -> int:
+    """How many replicas of this configuration the pool's nodes hold at once: each node takes as many pods as
+    its GPUs allow, and a replica across nodes needs one pod per stage."""
+    pods_per_node = pool.gpus_per_node // config.gpus_per_pod
+    return pool.nodes * pods_per_node // config.nodes
 
 
 def group_pools(nodes: Iterable[tuple[GPUSpec, str, int]]) -> list[GPUPool]:
