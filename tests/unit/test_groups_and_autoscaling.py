@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from llm_autopilot.api.convert import targets
+from llm_autopilot.api.convert import gpu_pools, targets, targets_for_pool
 from llm_autopilot.api.v1alpha1 import AUTO, LLMDeploymentSpec
+from llm_autopilot.controller.admission import review
 from llm_autopilot.controller.kube import NodeGPUs
 from llm_autopilot.planner.plan import Plan, PlanRequest, Targets
+from llm_autopilot.planner.pools import choose_pool
 from llm_autopilot.planner.search import plan
 from llm_autopilot.remediation.classify import Classification, Signal
 from llm_autopilot.remediation.ladder import Overrides, Running, candidates
@@ -22,12 +24,13 @@ from llm_autopilot.render import groups
 from llm_autopilot.render.autoscaling import kv_usage_query, scaled_object
 from llm_autopilot.render.host_memory import MM_PROCESSOR_CACHE_GIB, flag_value, host_memory
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH, Owner, WorkloadInputs, container_resources
-from llm_autopilot.vllm.versions import VLLMVersion, behaviour_of
+from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, VLLMVersion, behaviour_of
 from tests.conftest import gpu, model
 from tests.unit.fakes import H100, L4, NAME, NAMESPACE, FakeCluster, Run
 
 OWNER = Owner(NAME, NAMESPACE, "uid")
 PROM = "http://prometheus.test:9090"
+V = str(DEFAULT_VLLM_VERSION)
 LLAMA_405B = {"model": {"name": "meta-llama/Llama-3.1-405B"},
               "gpu": {"product": "nvidia-h100-80gb", "maxGPUs": 16}, "serving": {"maxModelLen": 32768}}
 
@@ -342,3 +345,48 @@ def test_kv_saturation_adds_a_replica_only_without_an_autoscaler() -> None:
     assert manual[0] == "replicas 1 -> 2"
     autoscaled = [c.action for c in candidates(saturation, running(autoscaled=True), Overrides())]
     assert not any("replicas" in a for a in autoscaled) and autoscaled == ["max_num_seqs 256 -> 128"]
+
+
+# --- admission -----------------------------------------------------------------------------------------------
+
+
+def l4_nodes(count: int = 4) -> list[tuple[dict[str, str], int]]:
+    return [(dict(L4), 1) for _ in range(count)]
+
+
+def test_admission_refuses_more_replicas_than_the_pool_holds_with_the_number_that_fits() -> None:
+    spec = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"},
+            "autoscaling": {"maxReplicas": 5}}
+    verdict = review(spec, V, nodes=l4_nodes)
+    assert not verdict.allowed
+    assert verdict.message == ("spec.autoscaling.maxReplicas 5 is more than the GPU pool holds: 4 replicas of "
+                               "1 x L4 fit on its 4 node(s) of 1 x L4; set maxReplicas to 4 or fewer")
+    assert review({**spec, "autoscaling": {"maxReplicas": 4}}, V, nodes=l4_nodes).allowed
+    # without the nodes (no webhook cluster access) the reconcile refuses it instead
+    assert review(spec, V).allowed
+
+
+def test_admission_answers_auto_and_multi_node_at_apply_time() -> None:
+    verdict = review({"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"},
+                      "serving": {"maxModelLen": "auto"}}, V, nodes=l4_nodes)
+    assert verdict.allowed
+    assert any(re.fullmatch(r"serving.maxModelLen auto: \d+ on 1 x L4", w) for w in verdict.warnings)
+    nodes = [(dict(H100), 8), (dict(H100), 8)]
+    verdict = review(LLAMA_405B, V, nodes=lambda: nodes)
+    assert verdict.allowed and any("each replica spans 2 nodes" in w for w in verdict.warnings)
+    one_node = review(LLAMA_405B, V, nodes=lambda: nodes[:1])
+    assert not one_node.allowed and "does not fit" in one_node.message
+
+
+def test_a_pool_that_holds_a_replica_on_one_node_wins_over_spanning_nodes() -> None:
+    # two 1-GPU L4 nodes hold Qwen3-14B in less GPU memory (46 GB) than one H100 (80 GB), but across nodes
+    spec = LLMDeploymentSpec.model_validate({"model": {"name": "Qwen/Qwen3-14B"}, "gpu": {"maxGPUs": 4},
+                                             "serving": {"maxModelLen": 4096}})
+    pools = gpu_pools(spec, [*l4_nodes(), (dict(H100), 8)])
+    vllm = behaviour_of(VLLMVersion(0, 33, 0))
+    l4 = plan(PlanRequest(model("Qwen/Qwen3-14B"), gpu("nvidia-l4"), vllm, targets_for_pool(spec, pools[0])))
+    assert isinstance(l4, Plan) and l4.summary == "2 x L4 (2 nodes)"
+    choice = choose_pool(pools, lambda pool: PlanRequest(model("Qwen/Qwen3-14B"), pool.gpu, vllm,
+                                                         targets_for_pool(spec, pool)))
+    assert isinstance(choice.result, Plan) and choice.result.config.nodes == 1
+    assert choice.pool is not None and choice.pool.gpu.name == "nvidia-h100-80gb"

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, MemoryBreakdown, PlanStatus, StageMemory
+from llm_autopilot.catalog.gpus import GFD_PRODUCT, find_gpu, gpu_from_labels
+from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
 from llm_autopilot.planner.memory import stage_breakdown
 from llm_autopilot.planner.plan import DEFAULT_GPUS_PER_NODE, Plan, Targets
+from llm_autopilot.planner.pools import GPUPool, group_pools
 
 
 def variants(spec: LLMDeploymentSpec) -> dict[WeightFormat, str]:
@@ -14,6 +19,30 @@ def variants(spec: LLMDeploymentSpec) -> dict[WeightFormat, str]:
         return {}
     named = {WeightFormat.FP8: v.fp8, WeightFormat.AWQ: v.awq, WeightFormat.GPTQ: v.gptq}
     return {fmt: model_id for fmt, model_id in named.items() if model_id}
+
+
+def gpu_pools(spec: LLMDeploymentSpec, nodes: Iterable[tuple[Mapping[str, str], int]]) -> list[GPUPool]:
+    """The pools the spec may use, from the GPU nodes' labels and allocatable GPUs: spec.gpu.nodeSelector
+    filters them; a named product keeps its own pool (or one not seen on any node); ``memoryGiB`` describes a GPU
+    no node names. Raises UnknownGPUError for an unknown product."""
+    wanted = spec.gpu.node_selector or {}
+    matching = [(labels, gpus) for labels, gpus in nodes if all(labels.get(k) == v for k, v in wanted.items())]
+    found = [(gpu, labels[GFD_PRODUCT], gpus) for labels, gpus in matching if (gpu := gpu_from_labels(dict(labels)))]
+    pools = group_pools(found)
+    if spec.gpu.memory_gib is not None:
+        return [GPUPool(GPUSpec.custom(spec.gpu.memory_gib, spec.gpu.compute_capability or "8.0"),
+                        spec.gpu.max_gpus, (), 0)]
+    if spec.gpu.product:
+        gpu = find_gpu(spec.gpu.product)
+        return [p for p in pools if p.gpu.name == gpu.name] or [
+            GPUPool(gpu, spec.gpu.max_gpus, tuple(sorted({*gpu.gfd_products, spec.gpu.product})), 0)]
+    return pools
+
+
+def targets_for_pool(spec: LLMDeploymentSpec, pool: GPUPool) -> Targets:
+    """Targets on a pool: its GPUs per node and its nodes when it was seen on nodes."""
+    per_node, nodes = (pool.gpus_per_node, pool.nodes) if pool.nodes else (None, None)
+    return targets(spec, gpus_per_node=per_node, max_nodes=nodes)
 
 
 def targets(spec: LLMDeploymentSpec, *, gpus_per_node: int | None = None, max_nodes: int | None = None,

@@ -19,18 +19,17 @@ from pydantic import ValidationError
 from llm_autopilot.api import convert
 from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, PlanStatus
-from llm_autopilot.catalog.gpus import UnknownGPUError, find_gpu, gpu_from_labels
+from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
 from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.gather import Gatherer, PodSource, Target
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings
 from llm_autopilot.controller.settings import OperatorSettings
-from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_model
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
-from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, group_pools, replicas_that_fit
+from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
 from llm_autopilot.remediation.decide import METRICS_AVAILABLE, Decision, Probe, decide
 from llm_autopilot.remediation.evidence import apply_overrides
 from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_floor
@@ -182,17 +181,10 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: Op
     )
     behaviour = behaviour_of(VLLMVersion.parse(spec.vllm.version or settings.default_vllm_version))
     wanted = spec.gpu.node_selector or {}
-    nodes = [n for n in kube.gpu_nodes() if all(n.labels.get(k) == v for k, v in wanted.items())]
-    gpus = [(gpu, n) for n in nodes if (gpu := gpu_from_labels(n.labels))]
-    pools = group_pools((gpu, n.labels["nvidia.com/gpu.product"], n.allocatable_gpus) for gpu, n in gpus)
-    if spec.gpu.memory_gib is not None:
-        gpu = GPUSpec.custom(spec.gpu.memory_gib, spec.gpu.compute_capability or "8.0")
-        pools = [GPUPool(gpu, spec.gpu.max_gpus, (), 0)]
-    elif spec.gpu.product:
-        gpu = find_gpu(spec.gpu.product)
-        pools = [p for p in pools if p.gpu.name == gpu.name] or [
-            GPUPool(gpu, spec.gpu.max_gpus, tuple(sorted({*gpu.gfd_products, spec.gpu.product})), 0)]
-    memory = max((n.allocatable_memory_gib for _, n in gpus), default=0.0)
+    nodes = kube.gpu_nodes()
+    pools = convert.gpu_pools(spec, ((n.labels, n.allocatable_gpus) for n in nodes))
+    memory = max((n.allocatable_memory_gib for n in nodes if gpu_from_labels(n.labels)
+                  and all(n.labels.get(k) == v for k, v in wanted.items())), default=0.0)
     floor = max_model_len_floor(floor=spec.remediation.floors.min_max_model_len,
                                 serving_min=spec.serving.min_max_model_len,
                                 serving_max=spec.serving.fixed_max_model_len,
@@ -200,9 +192,7 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: Op
 
     def request_for(pool: GPUPool, overrides: Overrides) -> PlanRequest:
         # a pool seen on nodes: their GPUs per node and their number; else 8-GPU nodes, as many as maxGPUs needs
-        per_node, nodes = (pool.gpus_per_node, pool.nodes) if pool.nodes else (None, None)
-        targets = apply_overrides(convert.targets(spec, gpus_per_node=per_node, max_nodes=nodes), overrides,
-                                  floor_max_model_len=floor)
+        targets = apply_overrides(convert.targets_for_pool(spec, pool), overrides, floor_max_model_len=floor)
         return PlanRequest(model, pool.gpu, behaviour, targets)
 
     return Context(spec, request_for, pools, memory, floor)

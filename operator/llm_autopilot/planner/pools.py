@@ -51,20 +51,21 @@ def group_pools(nodes: Iterable[tuple[GPUSpec, str, int]]) -> list[GPUPool]:
 
 
 def choose_pool(pools: list[GPUPool], request_for: Callable[[GPUPool], PlanRequest]) -> PoolChoice:
-    """The feasible plan with the least GPU memory in total (GPUs x memory), then the fewest GPUs."""
+    """The feasible plan with the least GPU memory in total (GPUs x memory), then the fewest GPUs; a plan on one
+    node before one across nodes (whose pipeline stages talk over the network)."""
     if not pools:
         return PoolChoice(None, Infeasible("no schedulable nodes with NVIDIA GPUs (nvidia.com/gpu.product label "
                                            "and allocatable nvidia.com/gpu) were found; name spec.gpu.product"))
-    feasible: list[tuple[int, int, GPUPool, Plan]] = []
+    feasible: list[tuple[bool, int, int, GPUPool, Plan]] = []
     failures = []
     for pool in pools:
         result = plan(request_for(pool))
         if isinstance(result, Plan):
             gpus = result.config.num_gpus
-            feasible.append((gpus * pool.gpu.memory_mib, gpus, pool, result))
+            feasible.append((result.config.nodes > 1, gpus * pool.gpu.memory_mib, gpus, pool, result))
         else:
             failures.append(f"{pool.gpu.display_name} ({pool.gpus_per_node} per node): {result.message}")
     if feasible:
-        _, _, pool, best = min(feasible, key=lambda f: (f[0], f[1]))
+        *_, pool, best = min(feasible, key=lambda f: (f[0], f[1], f[2]))
         return PoolChoice(pool, best)
     return PoolChoice(None, Infeasible("does not fit on any GPU pool in the cluster: " + " | ".join(failures)))
