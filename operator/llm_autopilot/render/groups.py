@@ -203,11 +203,14 @@ def lws_view(lws: Mapping[str, Any] | None, *, current_hash: str) -> dict[str, A
     status = lws.get("status") or {}
     template = (((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("leaderTemplate") or {})
     annotations = (template.get("metadata") or {}).get("annotations") or {}
+    generation = int((lws.get("metadata") or {}).get("generation") or 1)
+    seen = status.get("observedGeneration")
     return {
-        "metadata": {"generation": 1},
+        "metadata": {"generation": generation},
         "spec": {"template": {"metadata": {"annotations": {PLAN_HASH: current_hash}
                                            if annotations.get(PLAN_HASH) == current_hash else {}}}},
-        "status": {"observedGeneration": 1, "replicas": int(status.get("replicas") or 0),
+        "status": {"observedGeneration": generation if seen is None else int(seen),
+                   "replicas": int(status.get("replicas") or 0),
                    "updatedReplicas": int(status.get("updatedReplicas") or 0),
                    "availableReplicas": int(status.get("readyReplicas") or 0),
                    "readyReplicas": int(status.get("readyReplicas") or 0)},
