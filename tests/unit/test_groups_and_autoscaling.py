@@ -21,7 +21,7 @@ from llm_autopilot.planner.search import plan
 from llm_autopilot.remediation.classify import Classification, Signal
 from llm_autopilot.remediation.ladder import Overrides, Running, candidates
 from llm_autopilot.render import groups
-from llm_autopilot.render.autoscaling import kv_usage_query, scaled_object
+from llm_autopilot.render.autoscaling import KEDA_CRD, kv_usage_query, scaled_object
 from llm_autopilot.render.host_memory import MM_PROCESSOR_CACHE_GIB, flag_value, host_memory
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH, Owner, WorkloadInputs, container_resources
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, VLLMVersion, behaviour_of
@@ -39,8 +39,11 @@ def two_h100_nodes(**kwargs: Any) -> FakeCluster:
     return FakeCluster(nodes=[NodeGPUs(dict(H100), 8, 1800.0), NodeGPUs(dict(H100), 8, 1800.0)], **kwargs)
 
 
-def four_l4_nodes() -> FakeCluster:
-    return FakeCluster(nodes=[NodeGPUs(dict(L4), 1, 180.0) for _ in range(4)])
+def four_l4_nodes(keda: bool = True) -> FakeCluster:
+    cluster = FakeCluster(nodes=[NodeGPUs(dict(L4), 1, 180.0) for _ in range(4)])
+    if keda:
+        cluster.objects[("CustomResourceDefinition", KEDA_CRD)] = {"metadata": {"name": KEDA_CRD}}
+    return cluster
 
 
 def objects_of(cluster: FakeCluster, kind: str) -> dict[str, dict[str, Any]]:
@@ -293,7 +296,16 @@ def test_more_replicas_than_the_pool_holds_are_refused_with_the_number_that_fits
     planned = run.condition("Planned")
     assert planned["status"] == "False" and planned["reason"] == "TooManyReplicas"
     assert "set maxReplicas to 4 or fewer" in planned["message"] and "4 node(s) of 1 x L4" in planned["message"]
-    assert not run.cluster.objects  # nothing half-applied
+    assert {kind for kind, _ in run.cluster.objects} == {"CustomResourceDefinition"}  # nothing half-applied
+
+
+def test_autoscaling_without_keda_says_so_and_applies_nothing() -> None:
+    run = Run({"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"},
+               "autoscaling": {"maxReplicas": 2, "prometheusAddress": PROM}}, cluster=four_l4_nodes(keda=False))
+    run.once()
+    planned = run.condition("Planned")
+    assert planned["reason"] == "NoKEDA" and "scaledobjects.keda.sh" in planned["message"]
+    assert ("Deployment", NAME) not in run.cluster.objects
 
 
 def test_autoscaling_without_prometheus_says_how_to_fix_it() -> None:

@@ -36,6 +36,7 @@ from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_f
 from llm_autopilot.remediation.state import MAX_REPLICAS, Limits, RemediationState, effective_replicas
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render import groups
+from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.host_memory import host_memory
 from llm_autopilot.render.kubernetes import Owner, WorkloadInputs, label_selector, memory_limit_gib, plan_hash
 from llm_autopilot.render.vllm_args import ServeOptions, render_vllm_args, unknown_flags
@@ -402,6 +403,10 @@ class Reconciler:
             message = choice.result.message if isinstance(choice.result, Infeasible) else "no GPU pool"
             return self.fail("Infeasible", message)
         refusal = autoscaling_problem(ctx.spec, choice, self.settings)
+        if refusal is None and ctx.spec.autoscaling is not None and self.kube.get(
+                "apiextensions.k8s.io/v1", "CustomResourceDefinition", KEDA_CRD, "") is None:
+            refusal = ("NoKEDA", f"spec.autoscaling needs KEDA, whose ScaledObject CRD ({KEDA_CRD}) is not "
+                                 "installed; install KEDA, or remove spec.autoscaling")
         if refusal is not None:
             return self.fail(*refusal)
         live = read_live(self.kube, self.owner, choice.result.config.nodes > 1)

@@ -16,6 +16,7 @@ from llm_autopilot.api.v1alpha1 import AutoscalingPolicy
 from llm_autopilot.render.kubernetes import Owner, metadata, with_hash
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
+KEDA_CRD = "scaledobjects.keda.sh"
 KV_USAGE = "vllm:kv_cache_usage_perc"
 KV_USAGE_BEFORE_0_9_2 = "vllm:gpu_cache_usage_perc"
 WAITING = "vllm:num_requests_waiting"
