@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
 
 from llm_autopilot.api.convert import gpu_pools, targets, targets_for_pool
@@ -402,3 +403,14 @@ def test_a_pool_that_holds_a_replica_on_one_node_wins_over_spanning_nodes() -> N
                                                          targets_for_pool(spec, pool)))
     assert isinstance(choice.result, Plan) and choice.result.config.nodes == 1
     assert choice.pool is not None and choice.pool.gpu.name == "nvidia-h100-80gb"
+
+
+@pytest.mark.parametrize(("example", "nodes"), [
+    ("llama-3.1-405b-multinode.yaml", [(dict(H100), 8), (dict(H100), 8)]),
+    ("qwen3-8b-l4-autoscaled.yaml", [(dict(L4), 1)] * 4),
+])
+def test_the_examples_are_admitted_on_the_local_clusters_pools(example: str, nodes: list[tuple[dict[str, str], int]]
+                                                               ) -> None:
+    obj = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / example).read_text())
+    verdict = review(obj["spec"], V, name=obj["metadata"]["name"], nodes=lambda: nodes)
+    assert verdict.allowed, verdict.message
