@@ -40,7 +40,7 @@ from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.host_memory import host_memory
 from llm_autopilot.render.kubernetes import Owner, WorkloadInputs, label_selector, memory_limit_gib, plan_hash
 from llm_autopilot.render.vllm_args import ServeOptions, render_vllm_args, unknown_flags
-from llm_autopilot.render.workload import Live, children
+from llm_autopilot.render.workload import Live, Shape, children
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion, behaviour_of
 
 __all__ = ["METRICS_AVAILABLE", "Outcome", "ready_condition", "reconcile"]
@@ -226,14 +226,11 @@ class Rendered:
     plan_hash: str
     #: the pods that serve the API (the scale subresource's selector)
     serving_selector: dict[str, str]
+    shape: Shape
 
     @property
     def nodes(self) -> int:
         return self.plan.config.nodes
-
-    @property
-    def uses_lws(self) -> bool:
-        return any(o["kind"] == "LeaderWorkerSet" and o["spec"]["replicas"] for o in self.objects)
 
     def same_objects(self, other: Rendered) -> bool:
         return [o["metadata"]["annotations"] for o in self.objects] == [
@@ -259,8 +256,8 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     inputs = WorkloadInputs(owner, spec, plan, tuple(args), spec.vllm.image or settings.default_image, products,
                             replicas=overrides.replicas, memory_limit_gib=overrides.memory_limit_gib,
                             host_memory_gib=host, prometheus_address=prometheus)
-    objects, serving = children(inputs, live or Live())
-    return Rendered(plan, plan_status, objects, inputs, plan_hash(inputs), serving)
+    workload = children(inputs, live or Live())
+    return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape)
 
 
 def read_live(kube: Cluster, owner: Owner, multi_node: bool) -> Live:
@@ -280,9 +277,9 @@ def read_live(kube: Cluster, owner: Owner, multi_node: bool) -> Live:
 def workload_view(kube: Cluster, r: Rendered) -> dict[str, Any] | None:
     """The serving workload's status as a Deployment's: the Deployment itself, or the groups summarised."""
     owner = r.inputs.owner
-    if r.nodes == 1:
+    if r.shape is Shape.DEPLOYMENT:
         return kube.get("apps/v1", "Deployment", owner.name, owner.namespace)
-    if r.uses_lws:
+    if r.shape is Shape.LEADER_WORKER_SET:
         return groups.lws_view(kube.get(groups.LWS_API_VERSION, "LeaderWorkerSet", owner.name, owner.namespace),
                                current_hash=r.plan_hash)
     return groups.groups_view(

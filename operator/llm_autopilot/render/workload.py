@@ -9,6 +9,7 @@ StatefulSets after the LeaderWorkerSet CRD appeared -- is kept at zero pods, and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from llm_autopilot.render import groups
@@ -45,23 +46,39 @@ def _parked_deployment(inputs: WorkloadInputs) -> dict[str, Any]:
     return with_hash(obj)
 
 
-def children(inputs: WorkloadInputs, live: Live) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """The objects that serve this plan (and the serving pods' selector), with unused shapes at zero pods."""
+class Shape(StrEnum):
+    """What runs the replicas."""
+
+    DEPLOYMENT = "Deployment"
+    STATEFULSETS = "StatefulSets"
+    LEADER_WORKER_SET = "LeaderWorkerSet"
+
+
+@dataclass(frozen=True)
+class Workload:
+    objects: list[dict[str, Any]]
+    #: the pods that serve the API (the scale subresource's selector): every pod, or the groups' leaders
+    serving: dict[str, str]
+    shape: Shape
+
+
+def children(inputs: WorkloadInputs, live: Live) -> Workload:
+    """The objects that serve this plan, with unused shapes at zero pods."""
     owner, config = inputs.owner, inputs.plan.config
     objects: list[dict[str, Any]]
     parked: list[dict[str, Any]] = []
     if config.nodes == 1:
-        serving = selector(owner)
+        shape, serving = Shape.DEPLOYMENT, selector(owner)
         objects = [deployment(inputs)]
         parked += [groups.statefulset(inputs, i, replicas=0) for i in live.groups]
         if live.leader_worker_set:
             parked.append(groups.leader_worker_set(inputs, replicas=0))
     elif live.lws_available:
-        serving = groups.leader_selector(owner, leader_worker_set=True)
+        shape, serving = Shape.LEADER_WORKER_SET, groups.leader_selector(owner, leader_worker_set=True)
         objects = [groups.leader_worker_set(inputs)]
         parked += [groups.statefulset(inputs, i, replicas=0) for i in live.groups]
     else:
-        serving = groups.leader_selector(owner, leader_worker_set=False)
+        shape, serving = Shape.STATEFULSETS, groups.leader_selector(owner, leader_worker_set=False)
         wanted = inputs.replica_count
         objects = []
         for i in range(wanted):
@@ -75,4 +92,4 @@ def children(inputs: WorkloadInputs, live: Live) -> tuple[list[dict[str, Any]], 
     policy = inputs.spec.autoscaling
     if policy is not None and inputs.prometheus_address:
         objects.append(scaled_object(owner, policy, inputs.prometheus_address))
-    return objects + parked, serving
+    return Workload(objects + parked, serving, shape)
