@@ -414,3 +414,15 @@ def test_the_examples_are_admitted_on_the_local_clusters_pools(example: str, nod
     obj = yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / example).read_text())
     verdict = review(obj["spec"], V, name=obj["metadata"]["name"], nodes=lambda: nodes)
     assert verdict.allowed, verdict.message
+
+
+def test_back_on_one_node_a_leader_worker_set_is_parked() -> None:
+    cluster = two_h100_nodes()
+    cluster.objects[("CustomResourceDefinition", groups.LWS_CRD)] = {"metadata": {"name": groups.LWS_CRD}}
+    run = Run(LLAMA_405B, cluster=cluster)
+    run.once()
+    assert cluster.objects[("LeaderWorkerSet", NAME)]["spec"]["replicas"] == 1
+    run.spec = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"}}
+    run.once()
+    assert cluster.objects[("LeaderWorkerSet", NAME)]["spec"]["replicas"] == 0
+    assert cluster.deployment()["spec"]["replicas"] == 1

@@ -261,9 +261,8 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
 
 
 def read_live(kube: Cluster, owner: Owner, multi_node: bool) -> Live:
-    """The shapes that exist: one GET each (the LeaderWorkerSet CRD only matters to plans across nodes)."""
-    lws_available = multi_node and kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
-                                            groups.LWS_CRD, "") is not None
+    """The shapes that exist: one GET each (a LeaderWorkerSet only where its CRD is installed)."""
+    lws_available = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", groups.LWS_CRD, "") is not None
     found: list[int] = []
     while kube.get("apps/v1", "StatefulSet", groups.group_name(owner.name, len(found)), owner.namespace) is not None:
         found.append(len(found))
