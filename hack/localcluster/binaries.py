@@ -33,6 +33,10 @@ K8S_VERSION = "v1.37.2"  # k8s.io/kubernetes; staging modules at v0.37.2
 ETCD_VERSION = "v3.6.16"  # go.etcd.io/etcd/server/v3
 KWOK_VERSION = "v0.8.0"  # sigs.k8s.io/kwok
 KSM_VERSION = "v2.20.0"  # k8s.io/kube-state-metrics/v2
+KEDA_VERSION = "v2.21.0"  # github.com/kedacore/keda/v2 (operator and metrics API server)
+KEDA_MODULE = "github.com/kedacore/keda/v2"
+# KEDA's go.mod replaces this module (a licence fix); a `replace` binds only the main module, so the wrapper
+# repeats it (`pin` copies every replace of KEDA's go.mod).
 
 
 def k8s_version_ldflags(version: str) -> list[str]:
@@ -54,6 +58,10 @@ def k8s_version_ldflags(version: str) -> list[str]:
 def ksm_version_ldflags(version: str) -> list[str]:
     pkg = "github.com/prometheus/common/version"
     return [f"-X {pkg}.Version={version.lstrip('v')}", f"-X {pkg}.Branch=release"]
+
+
+def keda_version_ldflags(version: str) -> list[str]:
+    return [f"-X {KEDA_MODULE}/version.Version={version.lstrip('v')}", f"-X {KEDA_MODULE}/version.GitCommit={version}"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +129,22 @@ BINARIES: dict[str, Binary] = {
             pin_module="k8s.io/kube-state-metrics/v2",
             wrapper="ksm",
             ldflags=ksm_version_ldflags,
+        ),
+        Binary(
+            name="keda-operator",
+            version=KEDA_VERSION,
+            package=f"{KEDA_MODULE}/cmd/operator",
+            pin_module=KEDA_MODULE,
+            wrapper="keda",
+            ldflags=keda_version_ldflags,
+        ),
+        Binary(
+            name="keda-adapter",
+            version=KEDA_VERSION,
+            package=f"{KEDA_MODULE}/cmd/adapter",
+            pin_module=KEDA_MODULE,
+            wrapper="keda",
+            ldflags=keda_version_ldflags,
         ),
     )
 }
@@ -307,3 +331,12 @@ def pin() -> None:
             [binary.package],
             f"pins {binary.pin_module} {binary.version} for hack/cluster.py.",
         )
+    keda = go_mod_download(KEDA_MODULE, KEDA_VERSION)
+    write_wrapper(
+        "keda",
+        {KEDA_MODULE: KEDA_VERSION},
+        dict(re.findall(r"^replace (\S+) \S+ => \S+ (\S+)$", Path(keda["GoMod"]).read_text(), re.M)),
+        [BINARIES[n].package for n in ("keda-adapter", "keda-operator")],
+        f"pins {KEDA_MODULE} {KEDA_VERSION} for hack/cluster.py. KEDA's go.mod\n"
+        "// replaces some modules, which only its main module sees, so the wrapper repeats them.",
+    )

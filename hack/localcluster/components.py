@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import vllm_cpu
+from . import keda, vllm_cpu
 from .api import Api, http_ok
 from .binaries import BINARIES
 from .kubelet import cleanup_host
@@ -275,6 +275,7 @@ class Component:
     optional: bool = False  # `up --no-<name>` skips it
     after_stop: Callable[[Cluster], None] | None = None  # cleans up what the process leaves on the host
     stop_grace_seconds: float = 10.0  # SIGTERM, then SIGKILL after this long
+    env: Callable[[Cluster], dict[str, str]] | None = None  # added to the process's environment
 
     @property
     def executable(self) -> Path:
@@ -360,6 +361,28 @@ COMPONENTS: tuple[Component, ...] = (
         before_start=prepare_prometheus,
         system_binary=PROMETHEUS_BINARY,
         optional=True,
+    ),
+    # KEDA: ScaledObjects -> HPAs, and the external metrics API the HPA reads (keda.py)
+    Component(
+        "keda-operator",
+        "keda-operator",
+        keda.operator_args,
+        keda.operator_healthy,
+        ports=("keda-operator-metrics", "keda-operator-probe", "keda-metrics-service"),
+        before_start=keda.prepare_operator,
+        optional=True,
+        env=keda.process_env,
+    ),
+    Component(
+        "keda-adapter",
+        "keda-adapter",
+        keda.adapter_args,
+        keda.adapter_healthy,
+        ports=("keda-adapter", "keda-adapter-metrics"),
+        start_timeout=120.0,
+        before_start=keda.register_metrics_api,
+        optional=True,
+        env=keda.process_env,
     ),
 )
 COMPONENT_NAMES = tuple(c.name for c in COMPONENTS)

@@ -75,6 +75,7 @@ def start_component(cluster: Cluster, comp: Component) -> None:
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env={**os.environ, **comp.env(cluster)} if comp.env else None,
         )
     cluster.pid_file(comp.name).write_text(f"{proc.pid}\n")
     deadline = start + comp.start_timeout

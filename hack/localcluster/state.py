@@ -24,6 +24,12 @@ PORT_OFFSETS: dict[str, int] = {
     "kube-state-metrics-telemetry": 82,
     "prometheus": 90,
     "hub": 91,  # a Hub-shaped server for the tiny models (hack/hub_server.py)
+    # KEDA (hack/localcluster/keda.py)
+    "keda-operator-metrics": 60,
+    "keda-operator-probe": 61,
+    "keda-metrics-service": 62,  # the operator's gRPC metrics service (mTLS), read by the metrics API server
+    "keda-adapter": 63,  # the metrics API server (external.metrics.k8s.io), https
+    "keda-adapter-metrics": 64,
 }
 
 SERVICE_CIDR = "10.0.0.0/24"

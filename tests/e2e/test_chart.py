@@ -81,6 +81,9 @@ NAMESPACED_RULES: list[Rule] = [
     (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch")),  # SSA creates need create
     (("",), ("services",), ("get", "create", "patch")),
     (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
+    (("apps",), ("statefulsets",), ("get", "create", "patch")),  # replicas across nodes, one group each
+    (("leaderworkerset.x-k8s.io",), ("leaderworkersets",), ("get", "create", "patch")),  # when its CRD exists
+    (("keda.sh",), ("scaledobjects",), ("get", "create", "patch")),  # spec.autoscaling
     (("",), ("pods",), ("list",)),  # crash evidence
     (("",), ("pods/log",), ("get",)),  # the previous container's log: vLLM's root cause of a crash
     SECRETS_RULE,
@@ -88,7 +91,8 @@ NAMESPACED_RULES: list[Rule] = [
 ]
 CLUSTER_RULES: list[Rule] = [
     (("",), ("nodes",), ("list",)),  # GPU labels and allocatable GPUs
-    (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("list", "watch")),  # Kopf's resource observer
+    # Kopf's resource observer; get: is the LeaderWorkerSet (or KEDA's ScaledObject) CRD installed
+    (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("get", "list", "watch")),
 ]
 NAMESPACES_RULE: Rule = (("",), ("namespaces",), ("list", "watch"))  # Kopf, when namespaces are listed
 # the webhook: may the requesting user read the Secrets a spec names (controller/access.py)

@@ -96,7 +96,8 @@ def test_qwen3_8b_on_l4(kubectl: Kubectl, operator: Operator, namespace: str) ->
     wait_condition(kubectl, namespace, "qwen3-8b", "Ready", "True")
     table = kubectl("get", "llmd", "-n", namespace).stdout
     header, row = table.splitlines()[0].split(), table.splitlines()[1]
-    assert header[:8] == ["NAME", "MODEL", "GPUS", "QUANTIZATION", "MAXLEN", "READY", "RUNG", "AGE"]
+    assert header[:10] == ["NAME", "MODEL", "GPUS", "QUANTIZATION", "MAXLEN", "REPLICAS", "AVAILABLE", "READY",
+                           "RUNG", "AGE"]
     for cell in ("Qwen/Qwen3-8B", "1 x L4", "bf16", "32768", "True"):
         assert cell in row
 

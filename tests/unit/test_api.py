@@ -109,9 +109,11 @@ def test_printer_columns_and_names() -> None:
     c = crd()
     assert c["spec"]["names"]["shortNames"] == ["llmd"] and c["spec"]["group"] == "llm-autopilot.io"
     version = c["spec"]["versions"][0]
-    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
-    assert [col["name"] for col in PRINTER_COLUMNS] == ["Model", "GPUs", "Quantization", "MaxLen", "Ready",
-                                                        "Rung", "Age"]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}, "scale": {
+        "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector"}}
+    assert [col["name"] for col in PRINTER_COLUMNS] == ["Model", "GPUs", "Quantization", "MaxLen", "Replicas",
+                                                        "Available", "Ready", "Rung", "Age"]
 
 
 def test_status_model_fits_the_status_schema() -> None:

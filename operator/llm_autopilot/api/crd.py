@@ -26,6 +26,8 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "GPUs", "type": "string", "jsonPath": ".status.plan.summary"},
     {"name": "Quantization", "type": "string", "jsonPath": ".status.plan.quantization"},
     {"name": "MaxLen", "type": "integer", "jsonPath": ".status.plan.maxModelLen"},
+    {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
+    {"name": "Available", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {"name": "Rung", "type": "integer", "jsonPath": ".status.remediation.rung"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
@@ -35,7 +37,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 _SPEC_RULES = [
     {
         "rule": "!has(self.serving) || !has(self.serving.minMaxModelLen) || !has(self.serving.maxModelLen) "
-        "|| self.serving.minMaxModelLen <= self.serving.maxModelLen",
+        "|| type(self.serving.maxModelLen) == string || self.serving.minMaxModelLen <= self.serving.maxModelLen",
         "message": "serving.minMaxModelLen must not be larger than serving.maxModelLen",
     },
     {
@@ -45,6 +47,7 @@ _SPEC_RULES = [
     {
         "rule": "!has(self.remediation) || !has(self.remediation.floors) "
         "|| !has(self.remediation.floors.minMaxModelLen) || !has(self.serving) || !has(self.serving.maxModelLen) "
+        "|| type(self.serving.maxModelLen) == string "
         "|| self.remediation.floors.minMaxModelLen <= self.serving.maxModelLen",
         "message": "remediation.floors.minMaxModelLen must not be larger than serving.maxModelLen",
     },
@@ -53,7 +56,17 @@ _SPEC_RULES = [
         f"|| self.vllm.env.all(e, e.name != '{HUB_TOKEN_ENV}')",
         "message": f"vllm.env must not set {HUB_TOKEN_ENV} when model.hubTokenSecretRef sets it",
     },
+    {
+        "rule": "!has(self.autoscaling) || !has(self.remediation) || !has(self.remediation.maxReplicas)",
+        "message": "remediation.maxReplicas has no effect with autoscaling: bound replicas with "
+                   "autoscaling.maxReplicas",
+    },
 ]
+
+#: `kubectl scale`, an HPA and KEDA drive spec.replicas through this; the operator reports status.replicas (pods,
+#: or groups of pods across nodes) and the selector of the pods that serve.
+SCALE_SUBRESOURCE = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+                     "labelSelectorPath": ".status.selector"}
 
 # The name is also the Service's name and a label value (render/kubernetes.py): a DNS-1035 label. CEL on
 # metadata is allowed at the root of the schema, for metadata.name and metadata.generateName only.
@@ -139,7 +152,7 @@ def crd() -> dict[str, Any]:
                 "name": VERSION,
                 "served": True,
                 "storage": True,
-                "subresources": {"status": {}},
+                "subresources": {"status": {}, "scale": SCALE_SUBRESOURCE},
                 "additionalPrinterColumns": PRINTER_COLUMNS,
                 "schema": {"openAPIV3Schema": {
                     "type": "object",

@@ -275,9 +275,29 @@ class GPUSelector(APIModel):
         return self
 
 
+AUTO = "auto"
+
+
+def _max_model_len(value: Any) -> int | str:
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _INT64_MAX:
+        raise invalid(f"{value!r:.80} is not a context length: a whole number of tokens >= 1, or auto (the "
+                      "longest that fits, chosen by the planner)")
+    return value
+
+
+#: A length in tokens, or ``auto``: the planner's longest fitting length (not vLLM's own ``auto``).
+MaxModelLen = Annotated[int | str, PlainValidator(_max_model_len), WithJsonSchema({
+    "anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 1, "pattern": f"^{AUTO}$",
+})]
+
+
 class ServingTargets(APIModel):
-    max_model_len: int | None = Field(
-        None, ge=1, description="Desired context length. Defaults to the model's maximum."
+    max_model_len: MaxModelLen | None = Field(
+        None, description="Desired context length. Defaults to the model's maximum. `auto`: the longest length "
+        "that fits (with headroom), between minMaxModelLen and the model's maximum, chosen by the planner and "
+        "shown in the status (vLLM is given the number, not its own auto).",
     )
     min_max_model_len: int | None = Field(
         None, ge=1,
@@ -298,11 +318,28 @@ class ServingTargets(APIModel):
         description="KV-cache dtypes the planner may use: auto (model dtype), fp8. Default [auto].",
     )
 
+    allow_cpu_offload: bool = Field(
+        False, alias="allowCPUOffload",
+        description="As a last resort, when nothing fits in GPU memory, keep part of the weights in host memory "
+        "(vLLM --cpu-offload-gb). Slow: the offloaded weights cross PCIe on every forward pass. The host memory "
+        "is added to the pod's memory request and limit. Default false.",
+    )
+
+    @property
+    def fixed_max_model_len(self) -> int | None:
+        """maxModelLen when it is a number (None when unset or auto)."""
+        return self.max_model_len if isinstance(self.max_model_len, int) else None
+
+    @property
+    def auto_max_model_len(self) -> bool:
+        return self.max_model_len == AUTO
+
     @model_validator(mode="after")
     def _lengths_ordered(self) -> ServingTargets:
-        if self.min_max_model_len and self.max_model_len and self.min_max_model_len > self.max_model_len:
+        fixed = self.fixed_max_model_len
+        if self.min_max_model_len and fixed and self.min_max_model_len > fixed:
             raise invalid(f"serving.minMaxModelLen ({self.min_max_model_len}) is larger than "
-                          f"serving.maxModelLen ({self.max_model_len})")
+                          f"serving.maxModelLen ({fixed})")
         return self
 
 
@@ -511,6 +548,48 @@ class RemediationPolicy(APIModel):
     )
 
 
+class AutoscalingPolicy(APIModel):
+    """Replicas driven by KEDA on vLLM's own load signals; the operator renders the ScaledObject."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              json_schema_extra={"x-kubernetes-validations": [{
+                                  "rule": "!has(self.minReplicas) || !has(self.maxReplicas) "
+                                          "|| self.minReplicas <= self.maxReplicas",
+                                  "message": "autoscaling.minReplicas must not be larger than maxReplicas",
+                              }]})
+
+    min_replicas: int = Field(
+        1, ge=1, le=1000,
+        description="Fewest replicas. Default 1 (not 0: with no pod there is no KV usage to scale up on).")
+    max_replicas: int = Field(
+        ge=1, le=1000,
+        description="Most replicas. Refused when the matching GPU node pool cannot hold that many; the "
+        "message gives the number that fits.")
+    target_kv_cache_usage: float = Field(
+        0.7, gt=0, le=1, alias="targetKVCacheUsage",
+        description="Average vllm:kv_cache_usage_perc per replica KEDA scales to. Default 0.7.")
+    target_waiting_requests: int = Field(
+        5, ge=1, description="Average vllm:num_requests_waiting per replica KEDA scales to. Default 5.")
+    polling_interval_seconds: int = Field(
+        30, ge=1, le=3600, description="How often KEDA queries Prometheus. Default 30.")
+    cooldown_period_seconds: int = Field(
+        300, ge=0, le=86400, description="KEDA's cooldownPeriod (only used to scale to zero). Default 300.")
+    scale_down_stabilization_seconds: int = Field(
+        300, ge=0, le=3600,
+        description="The HPA's scale-down stabilization window: calm must last this long before a replica "
+        "goes. Default 300.")
+    prometheus_address: str | None = Field(
+        None, max_length=2048, pattern=r"^https?://[^\s]+$",
+        description="Prometheus that KEDA queries. Defaults to the operator's (LLM_AUTOPILOT_PROMETHEUS_URL).")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AutoscalingPolicy:
+        if self.min_replicas > self.max_replicas:
+            raise invalid(f"autoscaling.minReplicas ({self.min_replicas}) is larger than maxReplicas "
+                          f"({self.max_replicas})")
+        return self
+
+
 #: Kopf keeps a copy of the spec in an annotation (ASCII-escaped JSON) and `kubectl apply` another; the API
 #: server caps all annotations of an object at 256 KiB together.
 SPEC_MAX_BYTES = 64 * 1024
@@ -521,7 +600,13 @@ class LLMDeploymentSpec(APIModel):
     gpu: GPUSelector = Field(default_factory=GPUSelector, description="GPUs the deployment may use.")
     serving: ServingTargets = Field(default_factory=ServingTargets, description="Context, concurrency, quality.")
     vllm: VLLMSettings = Field(default_factory=VLLMSettings, description="vLLM image, version and overrides.")
-    replicas: int = Field(1, ge=0, le=1000, description="vLLM replicas. Default 1.")
+    replicas: int = Field(
+        1, ge=0, le=1000,
+        description="vLLM replicas (a group of pods each when one replica spans nodes). Default 1. The scale "
+        "subresource writes it: kubectl scale, an HPA, or KEDA through spec.autoscaling.")
+    autoscaling: AutoscalingPolicy | None = Field(
+        None, description="Scale replicas with KEDA on KV-cache usage and waiting requests (Prometheus). "
+        "Remediation then leaves replicas alone.")
     resources: ContainerResources | None = Field(None, description="CPU/memory of the vLLM container.")
     remediation: RemediationPolicy = Field(
         default_factory=RemediationPolicy, description="How the operator reacts to OOM and KV saturation."
@@ -542,9 +627,13 @@ class LLMDeploymentSpec(APIModel):
     @model_validator(mode="after")
     def _cross_field_rules(self) -> LLMDeploymentSpec:
         floor = self.remediation.floors.min_max_model_len
-        if floor and self.serving.max_model_len and floor > self.serving.max_model_len:
+        fixed = self.serving.fixed_max_model_len
+        if floor and fixed and floor > fixed:
             raise invalid(f"remediation.floors.minMaxModelLen ({floor}) is larger than "
-                          f"serving.maxModelLen ({self.serving.max_model_len})")
+                          f"serving.maxModelLen ({fixed})")
+        if self.autoscaling is not None and self.remediation.max_replicas is not None:
+            raise invalid("remediation.maxReplicas has no effect with autoscaling (remediation leaves the "
+                          "replicas to the autoscaler): remove it, or bound the replicas with autoscaling.maxReplicas")
         if self.model.hub_token_secret_ref is not None:
             for i, var in enumerate(self.vllm.env):
                 if var.name == HUB_TOKEN_ENV:
@@ -570,6 +659,14 @@ class MemoryBreakdown(APIModel):
     max_model_len_capacity: int = Field(description="Largest maxModelLen that fits.")
 
 
+class StageMemory(APIModel):
+    stage: int = Field(description="Pipeline stage (the pod of that rank in the group).")
+    layers: int = Field(description="Decoder layers on this stage.")
+    weights_gib: float = Field(alias="weightsGiB", description="Weights on each GPU of this stage (GiB).")
+    kv_cache_gib: float = Field(alias="kvCacheGiB", description="Left for the KV cache on each GPU (GiB).")
+    kv_cache_tokens: int = Field(description="Tokens that memory holds (vLLM uses the smallest stage's).")
+
+
 class PlanStatus(APIModel):
     summary: str = Field(description="GPUs per replica, e.g. `2 x H100-80GB`.")
     served_model: str = Field(description="Checkpoint vLLM loads (a variant when quantized).")
@@ -585,7 +682,17 @@ class PlanStatus(APIModel):
     gpu_memory_utilization: float = Field(description="vLLM --gpu-memory-utilization.")
     enforce_eager: bool = Field(description="vLLM --enforce-eager.")
     vllm_version: str = Field(description="vLLM version planned for.")
+    nodes: int = Field(1, description="Nodes (pods) one replica spans; one pipeline stage each.")
+    cpu_offload_gib: float = Field(0.0, alias="cpuOffloadGiB", description="vLLM --cpu-offload-gb (slow).")
+    host_memory_gib: float = Field(
+        0.0, alias="hostMemoryGiB",
+        description="Host memory added to each pod's memory request and limit: CPU-offloaded weights, "
+        "--kv-offloading-size, multimodal caches (GiB).")
+    replicas_that_fit: int | None = Field(
+        None, description="Replicas of this plan the matching GPU node pool holds at once.")
     memory: MemoryBreakdown = Field(description="Per-GPU memory breakdown for the busiest GPU.")
+    stages: list[StageMemory] = Field(
+        default_factory=list, description="Per pipeline stage, when one replica spans nodes.")
     reasons: list[str] = Field(default_factory=list, description="One line per decision.")
     warnings: list[str] = Field(default_factory=list, description="What the plan could not satisfy.")
     args: list[str] = Field(default_factory=list, description="The `vllm serve` arguments.")
@@ -650,6 +757,11 @@ class RemediationStatus(StatusModel):
 
 class LLMDeploymentStatus(APIModel):
     observed_generation: int | None = Field(None, description="The spec generation last reconciled.")
+    replicas: int | None = Field(
+        None, description="Replicas that exist (pods, or groups of pods across nodes): the scale subresource's.")
+    ready_replicas: int | None = Field(None, description="Replicas whose every pod is ready.")
+    selector: str | None = Field(
+        None, description="Label selector of the pods that serve (the scale subresource's, for HPA and KEDA).")
     plan: PlanStatus | None = Field(None, description="The current plan and its memory breakdown.")
     conditions: list[Condition] = Field(default_factory=list, description="Planned, Ready, Degraded...")
     remediation: RemediationStatus | None = Field(None, description="Remediation rung and history.")

@@ -7,6 +7,7 @@ webhook must answer within seconds): they are admitted with a warning and checke
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +20,8 @@ from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import UnknownGPUError, find_gpu
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_offline
-from llm_autopilot.planner.plan import Infeasible, PlanRequest
+from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
+from llm_autopilot.planner.pools import replicas_that_fit
 from llm_autopilot.planner.search import plan
 from llm_autopilot.render.vllm_args import conflicting_extra_args, unknown_flags
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion, behaviour_of
@@ -32,8 +34,15 @@ class Verdict:
     warnings: list[str] = field(default_factory=list)
 
 
-def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | None = None) -> Verdict:
-    """The webhook's answer for an LLMDeployment named ``name`` (the name is checked when given)."""
+#: the GPU nodes' (labels, allocatable GPUs), read when the answer needs them (None: not known)
+NodeSource = Callable[[], Iterable[tuple[Mapping[str, str], int]]]
+
+
+def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | None = None,
+           nodes: NodeSource | None = None) -> Verdict:
+    """The webhook's answer for an LLMDeployment named ``name`` (the name is checked when given). With ``nodes``,
+    a named GPU product is planned on its pool as the reconciler will, and spec.autoscaling.maxReplicas is
+    checked against the replicas the pool holds."""
     if name is not None and (problem := object_name_problem(name)) is not None:
         return Verdict(False, f"metadata.name: {problem}")
     try:
@@ -76,8 +85,30 @@ def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | 
     if gpu is None:
         warnings.append("spec.gpu.product is not set: the operator plans on the cluster's GPU nodes")
         return Verdict(True, warnings=warnings)
-    result = plan(PlanRequest(model, gpu, behaviour, convert.targets(spec)))
+    pools = convert.gpu_pools(spec, nodes()) if nodes is not None else []
+    pool = pools[0] if pools and pools[0].nodes else None
+    targets = convert.targets_for_pool(spec, pool) if pool is not None else convert.targets(spec)
+    result = plan(PlanRequest(model, gpu, behaviour, targets))
     if isinstance(result, Infeasible):
         return Verdict(False, result.message)
+    if spec.autoscaling is not None and pool is not None:
+        fit = replicas_that_fit(result.config, pool)
+        if spec.autoscaling.max_replicas > fit:
+            return Verdict(False, f"spec.autoscaling.maxReplicas {spec.autoscaling.max_replicas} is more than the "
+                                  f"GPU pool holds: {fit} replicas of {result.summary} fit on its {pool.nodes} "
+                                  f"node(s) of {pool.gpus_per_node} x {pool.gpu.display_name}; set maxReplicas to "
+                                  f"{fit} or fewer")
     warnings += list(result.warnings)
+    warnings += _plan_notes(spec, result)
     return Verdict(True, warnings=warnings)
+
+
+def _plan_notes(spec: LLMDeploymentSpec, result: Plan) -> list[str]:
+    """What the apply-time answer is, where the spec left it to the planner."""
+    notes = []
+    if spec.serving.auto_max_model_len:
+        notes.append(f"serving.maxModelLen auto: {result.config.max_model_len} on {result.summary}")
+    if result.config.nodes > 1:
+        notes.append(f"each replica spans {result.config.nodes} nodes ({result.summary}, tensor parallel "
+                     f"{result.config.tensor_parallel_size} within a node, one pipeline stage per node)")
+    return notes

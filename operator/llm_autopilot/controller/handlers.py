@@ -206,7 +206,8 @@ def _secret_refusal(spec: kopf.Spec, userinfo: kopf.UserInfo, namespace: str | N
 
 def validate(spec: kopf.Spec, name: str, warnings: list[str], userinfo: kopf.UserInfo, namespace: str | None,
              **_: Any) -> None:
-    verdict = review(dict(spec), SETTINGS.default_vllm_version, name=name)
+    verdict = review(dict(spec), SETTINGS.default_vllm_version, name=name,
+                     nodes=lambda: [(n.labels, n.allocatable_gpus) for n in kube().gpu_nodes()])
     refusal = verdict.message if not verdict.allowed else _secret_refusal(spec, userinfo, namespace)
     telemetry.ADMISSION.labels("rejected" if refusal is not None else "allowed").inc()
     warnings.extend(verdict.warnings)

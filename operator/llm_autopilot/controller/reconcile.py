@@ -20,31 +20,28 @@ from llm_autopilot.api import convert
 from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
 from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, PlanStatus
-from llm_autopilot.catalog.gpus import UnknownGPUError, find_gpu, gpu_from_labels
+from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
 from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.gather import Gatherer, PodSource, Target
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings
 from llm_autopilot.controller.settings import OperatorSettings
-from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_model
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
-from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, group_pools
+from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
 from llm_autopilot.remediation.decide import METRICS_AVAILABLE, Decision, Probe, decide
 from llm_autopilot.remediation.evidence import apply_overrides
 from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_floor
 from llm_autopilot.remediation.state import MAX_REPLICAS, Limits, RemediationState, effective_replicas
 from llm_autopilot.remediation.text import clean_line
-from llm_autopilot.render.kubernetes import (
-    PLAN_HASH,
-    Owner,
-    WorkloadInputs,
-    memory_limit_gib,
-    workload,
-)
+from llm_autopilot.render import groups
+from llm_autopilot.render.autoscaling import KEDA_CRD
+from llm_autopilot.render.host_memory import host_memory
+from llm_autopilot.render.kubernetes import Owner, WorkloadInputs, label_selector, memory_limit_gib, plan_hash
 from llm_autopilot.render.vllm_args import ServeOptions, render_vllm_args, unknown_flags
+from llm_autopilot.render.workload import Live, Shape, children
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion, behaviour_of
 
 __all__ = ["METRICS_AVAILABLE", "Outcome", "ready_condition", "reconcile"]
@@ -86,10 +83,39 @@ def now() -> str:
 
 
 def ready_condition(deployment: dict[str, Any] | None, *, spec_replicas: int, max_replicas: int | None,
-                    remediation: Any) -> tuple[bool | None, str, str]:
-    """Ready from the effective replica count (remediation's last override, else the spec's): the one
-    computation both the reconcile and the Deployment watch use, so they never disagree."""
-    return deployment_ready(deployment, effective_replicas(remediation, spec_replicas, max_replicas))
+                    remediation: Any, autoscaled: bool = False) -> tuple[bool | None, str, str]:
+    """Ready from the effective replica count (remediation's last override, else the spec's; the spec's alone
+    when KEDA drives it): the one computation both the reconcile and the Deployment watch use."""
+    replicas = spec_replicas if autoscaled else effective_replicas(remediation, spec_replicas, max_replicas)
+    return deployment_ready(deployment, replicas)
+
+
+def autoscaling_problem(spec: LLMDeploymentSpec, choice: PoolChoice,
+                        settings: OperatorSettings) -> tuple[str, str] | None:
+    """(reason, message) when spec.autoscaling cannot be honoured: no Prometheus for KEDA, or more replicas than
+    the GPU pool holds (every replica count KEDA may choose must fit)."""
+    policy = spec.autoscaling
+    if policy is None:
+        return None
+    if not (policy.prometheus_address or settings.prometheus_url):
+        return ("NoPrometheus", "spec.autoscaling needs a Prometheus for KEDA to query: set "
+                "spec.autoscaling.prometheusAddress, or LLM_AUTOPILOT_PROMETHEUS_URL for the operator")
+    assert isinstance(choice.result, Plan) and choice.pool is not None
+    message = max_replicas_problem(policy.max_replicas, choice.result, choice.pool)
+    return ("TooManyReplicas", message) if message else None
+
+
+def max_replicas_problem(max_replicas: int, plan: Plan, pool: GPUPool) -> str | None:
+    """Why ``max_replicas`` replicas of ``plan`` do not fit in ``pool`` at once (None: they do, or the pool's
+    nodes are not known)."""
+    if not pool.nodes:
+        return None
+    fit = replicas_that_fit(plan.config, pool)
+    if max_replicas <= fit:
+        return None
+    return (f"spec.autoscaling.maxReplicas {max_replicas} is more than the GPU pool holds: {fit} replicas of "
+            f"{plan.summary} fit on its {pool.nodes} node(s) of {pool.gpus_per_node} x {pool.gpu.display_name}; "
+            f"set maxReplicas to {fit} or fewer")
 
 
 class SecretUnreadable(RuntimeError):
@@ -149,24 +175,18 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: Op
     )
     behaviour = behaviour_of(VLLMVersion.parse(spec.vllm.version or settings.default_vllm_version))
     wanted = spec.gpu.node_selector or {}
-    nodes = [n for n in kube.gpu_nodes() if all(n.labels.get(k) == v for k, v in wanted.items())]
-    gpus = [(gpu, n) for n in nodes if (gpu := gpu_from_labels(n.labels))]
-    pools = group_pools((gpu, n.labels["nvidia.com/gpu.product"], n.allocatable_gpus) for gpu, n in gpus)
-    if spec.gpu.memory_gib is not None:
-        gpu = GPUSpec.custom(spec.gpu.memory_gib, spec.gpu.compute_capability or "8.0")
-        pools = [GPUPool(gpu, spec.gpu.max_gpus, (), 0)]
-    elif spec.gpu.product:
-        gpu = find_gpu(spec.gpu.product)
-        pools = [p for p in pools if p.gpu.name == gpu.name] or [
-            GPUPool(gpu, spec.gpu.max_gpus, tuple(sorted({*gpu.gfd_products, spec.gpu.product})), 0)]
-    memory = max((n.allocatable_memory_gib for _, n in gpus), default=0.0)
+    nodes = kube.gpu_nodes()
+    pools = convert.gpu_pools(spec, ((n.labels, n.allocatable_gpus) for n in nodes))
+    memory = max((n.allocatable_memory_gib for n in nodes if gpu_from_labels(n.labels)
+                  and all(n.labels.get(k) == v for k, v in wanted.items())), default=0.0)
     floor = max_model_len_floor(floor=spec.remediation.floors.min_max_model_len,
-                                serving_min=spec.serving.min_max_model_len, serving_max=spec.serving.max_model_len,
+                                serving_min=spec.serving.min_max_model_len,
+                                serving_max=spec.serving.fixed_max_model_len,
                                 model_max=model.max_position_embeddings)
 
     def request_for(pool: GPUPool, overrides: Overrides) -> PlanRequest:
-        limit = pool.gpus_per_node if pool.nodes else None
-        targets = apply_overrides(convert.targets(spec, max_gpus=limit), overrides, floor_max_model_len=floor)
+        # a pool seen on nodes: their GPUs per node and their number; else 8-GPU nodes, as many as maxGPUs needs
+        targets = apply_overrides(convert.targets_for_pool(spec, pool), overrides, floor_max_model_len=floor)
         return PlanRequest(model, pool.gpu, behaviour, targets)
 
     return Context(spec, request_for, pools, memory, floor)
@@ -196,10 +216,14 @@ class Rendered:
     status: PlanStatus
     objects: list[dict[str, Any]]
     inputs: WorkloadInputs
+    plan_hash: str
+    #: the pods that serve the API (the scale subresource's selector)
+    serving_selector: dict[str, str]
+    shape: Shape
 
     @property
-    def plan_hash(self) -> str:
-        return str(self.objects[0]["spec"]["template"]["metadata"]["annotations"][PLAN_HASH])
+    def nodes(self) -> int:
+        return self.plan.config.nodes
 
     def same_objects(self, other: Rendered) -> bool:
         return [o["metadata"]["annotations"] for o in self.objects] == [
@@ -207,29 +231,61 @@ class Rendered:
 
 
 def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
-           settings: OperatorSettings) -> Rendered:
+           settings: OperatorSettings, live: Live | None = None) -> Rendered:
     assert isinstance(choice.result, Plan) and choice.pool is not None
     plan, spec = choice.result, ctx.spec
     served_name = spec.model.served_model_name or spec.model.name.removeprefix("hf://")
     args = render_vllm_args(plan, ServeOptions(served_model_name=served_name, revision=spec.model.revision,
                                                extra_args=tuple(spec.vllm.extra_args)))
     version = str(plan.config.vllm.version)
-    plan_status = convert.plan_status(plan, args)
+    host = host_memory(plan, spec.vllm.extra_args).total_gib
+    fit = replicas_that_fit(plan.config, choice.pool) if choice.pool.nodes else None
+    plan_status = convert.plan_status(plan, args, host_memory_gib=host, replicas_that_fit=fit)
     unknown = unknown_flags(args, version)
     if unknown:
         plan_status.warnings.append(f"vLLM {version} does not accept {', '.join(unknown)} (from extraArgs)")
     products = choice.pool.products or tuple(plan.config.gpu.gfd_products)
+    prometheus = (spec.autoscaling.prometheus_address or settings.prometheus_url) if spec.autoscaling else None
     inputs = WorkloadInputs(owner, spec, plan, tuple(args), spec.vllm.image or settings.default_image, products,
-                            replicas=overrides.replicas, memory_limit_gib=overrides.memory_limit_gib)
-    return Rendered(plan, plan_status, workload(inputs), inputs)
+                            replicas=overrides.replicas, memory_limit_gib=overrides.memory_limit_gib,
+                            host_memory_gib=host, prometheus_address=prometheus)
+    workload = children(inputs, live or Live())
+    return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape)
+
+
+def read_live(kube: Cluster, owner: Owner, multi_node: bool) -> Live:
+    """The shapes that exist: one GET each (a LeaderWorkerSet only where its CRD is installed)."""
+    lws_available = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", groups.LWS_CRD, "") is not None
+    found: list[int] = []
+    while kube.get("apps/v1", "StatefulSet", groups.group_name(owner.name, len(found)), owner.namespace) is not None:
+        found.append(len(found))
+    lws = lws_available and kube.get(groups.LWS_API_VERSION, "LeaderWorkerSet", owner.name,
+                                     owner.namespace) is not None
+    return Live(lws_available=lws_available,
+                deployment=multi_node and kube.get("apps/v1", "Deployment", owner.name, owner.namespace) is not None,
+                leader_worker_set=lws, groups=tuple(found))
+
+
+def workload_view(kube: Cluster, r: Rendered) -> dict[str, Any] | None:
+    """The serving workload's status as a Deployment's: the Deployment itself, or the groups summarised."""
+    owner = r.inputs.owner
+    if r.shape is Shape.DEPLOYMENT:
+        return kube.get("apps/v1", "Deployment", owner.name, owner.namespace)
+    if r.shape is Shape.LEADER_WORKER_SET:
+        return groups.lws_view(kube.get(groups.LWS_API_VERSION, "LeaderWorkerSet", owner.name, owner.namespace),
+                               current_hash=r.plan_hash)
+    return groups.groups_view(
+        [kube.get("apps/v1", "StatefulSet", groups.group_name(owner.name, i), owner.namespace)
+         for i in range(r.inputs.replica_count)], current_hash=r.plan_hash, size=r.nodes)
 
 
 def _running(r: Rendered, ctx: Context) -> Running:
     c, spec = r.plan.config, ctx.spec
     floors = spec.remediation.floors
-    replicas = r.inputs.replicas if r.inputs.replicas is not None else spec.replicas
+    replicas = r.inputs.replica_count
     pool_max = max((p.gpus_per_node for p in ctx.pools if p.gpu.name == c.gpu.name), default=spec.gpu.max_gpus)
     return Running(
+        autoscaled=spec.autoscaling is not None,
         max_model_len=c.max_model_len, max_num_batched_tokens=c.max_num_batched_tokens, max_num_seqs=c.max_num_seqs,
         enforce_eager=c.enforce_eager, gpu_memory_utilization=c.gpu_memory_utilization,
         fp8_kv_cache=c.kv_cache_dtype is KVCacheDtype.FP8, gpus=c.num_gpus, replicas=replicas,
@@ -335,9 +391,17 @@ class Reconciler:
         if not isinstance(choice.result, Plan) or choice.pool is None:
             message = choice.result.message if isinstance(choice.result, Infeasible) else "no GPU pool"
             return self.fail("Infeasible", message)
-        current = render(ctx, choice, state.overrides, self.owner, self.settings)
-        deployment = self.kube.get("apps/v1", "Deployment", self.owner.name, self.owner.namespace)
-        final, decision = self.remediate(ctx, current, state, deployment)
+        refusal = autoscaling_problem(ctx.spec, choice, self.settings)
+        if refusal is None and ctx.spec.autoscaling is not None and self.kube.get(
+                "apiextensions.k8s.io/v1", "CustomResourceDefinition", KEDA_CRD, "") is None:
+            refusal = ("NoKEDA", f"spec.autoscaling needs KEDA, whose ScaledObject CRD ({KEDA_CRD}) is not "
+                                 "installed; install KEDA, or remove spec.autoscaling")
+        if refusal is not None:
+            return self.fail(*refusal)
+        live = read_live(self.kube, self.owner, choice.result.config.nodes > 1)
+        current = render(ctx, choice, state.overrides, self.owner, self.settings, live)
+        view = workload_view(self.kube, current)
+        final, decision = self.remediate(ctx, current, state, view, live)
         try:
             written = self.kube.apply_all(final.objects)
         except ApplyRejected as exc:
@@ -346,12 +410,12 @@ class Reconciler:
         self.out.writes += written
         self.record(decision)
         if written:
-            deployment = self.kube.get("apps/v1", "Deployment", self.owner.name, self.owner.namespace)
-        self.report_plan(final, ctx, deployment)
+            view = workload_view(self.kube, final)
+        self.report_plan(final, ctx, view)
         return self.finish()
 
     def remediate(self, ctx: Context, current: Rendered, state: RemediationState,
-                  deployment: dict[str, Any] | None) -> tuple[Rendered, Decision]:
+                  deployment: dict[str, Any] | None, live: Live) -> tuple[Rendered, Decision]:
         """Gather the evidence, let the pure decision speak: what should run, and why."""
         policy = ctx.spec.remediation
         evidence = self.gatherer.gather(Target(
@@ -365,7 +429,7 @@ class Reconciler:
             choice = plan_with(ctx, overrides)
             if not isinstance(choice.result, Plan):
                 return Probe(False, problem=choice.result.message)
-            renders[overrides] = render(ctx, choice, overrides, self.owner, self.settings)
+            renders[overrides] = render(ctx, choice, overrides, self.owner, self.settings, live)
             return Probe(True, changes=not renders[overrides].same_objects(current))
 
         decision = decide(evidence, state, policy, _running(current, ctx), now=self.now, probe=probe)
@@ -393,7 +457,13 @@ class Reconciler:
         remediation = self.state.to_status() if self.state is not None else None
         self.condition(READY, *ready_condition(deployment, spec_replicas=ctx.spec.replicas,
                                                max_replicas=ctx.spec.remediation.max_replicas,
-                                               remediation=remediation))
+                                               remediation=remediation, autoscaled=ctx.spec.autoscaling is not None))
+        observed = (deployment or {}).get("status") or {}
+        for key, value in (("replicas", int(observed.get("replicas") or 0)),
+                           ("readyReplicas", int(observed.get("availableReplicas") or 0)),
+                           ("selector", label_selector(r.serving_selector))):
+            if _changed(self.status, key, value):
+                self.out.status[key] = value
         if not any(c.get("type") == DEGRADED for c in self.conditions):
             self.condition(DEGRADED, False, "AsPlanned", "running the planned configuration")
         for warning in r.status.warnings:

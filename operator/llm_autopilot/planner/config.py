@@ -43,10 +43,18 @@ class ServingConfig:
     kv_cache_dtype: KVCacheDtype = KVCacheDtype.AUTO
     enforce_eager: bool = False
     block_size: int = 16
+    #: GiB of weights per GPU kept in host memory (``--cpu-offload-gb``): the planner's last resort
+    cpu_offload_gib: float = 0.0
+    #: pods (one per node) one replica spans; with more than one, each holds one pipeline stage
+    nodes: int = 1
 
     @property
     def num_gpus(self) -> int:
         return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.num_gpus // self.nodes
 
     @property
     def weights_label(self) -> str:

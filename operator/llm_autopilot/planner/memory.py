@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 from llm_autopilot.domain.precision import GIB
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.kv_cache import kv_bytes_per_request, kv_bytes_per_token, kv_capacity
-from llm_autopilot.planner.weights import ACTIVATION_DTYPE_BYTES, stage_layers, weight_bytes_per_gpu
+from llm_autopilot.planner.weights import (
+    ACTIVATION_DTYPE_BYTES,
+    stage_layers,
+    stage_partition,
+    stage_weight_bytes,
+    weight_bytes_per_gpu,
+)
 
 MIB = 1024**2
 
@@ -93,6 +99,49 @@ class MemoryEstimate:
         }
 
 
+@dataclass(frozen=True)
+class StageMemory:
+    """One pipeline stage's GPU (each GPU of a stage holds the same), in bytes."""
+
+    stage: int
+    layers: int
+    weights_bytes: float
+    cuda_graph_bytes: float
+    kv_cache_bytes: float
+    kv_bytes_per_token: int
+    kv_cache_tokens: int
+
+
+def gpu_weight_bytes(c: ServingConfig) -> float:
+    """Weights on the busiest GPU, less what ``--cpu-offload-gb`` keeps in host memory."""
+    if c.pipeline_parallel_size > 1:
+        weights = max(stage_weight_bytes(c.model, c.weight_format, c.tensor_parallel_size, c.pipeline_parallel_size))
+    else:
+        weights = weight_bytes_per_gpu(c.model, c.weight_format, c.tensor_parallel_size)
+    return max(0.0, weights - c.cpu_offload_gib * GIB)
+
+
+def stage_breakdown(c: ServingConfig) -> tuple[StageMemory, ...]:
+    """The memory of every pipeline stage's GPUs. vLLM gives every stage as many KV blocks as the one with the
+    fewest (``get_kv_cache_configs``), so the plan's KV cache is the smallest stage's."""
+    m, tp, pp = c.model, c.tensor_parallel_size, c.pipeline_parallel_size
+    budget = c.gpu.total_bytes * c.gpu_memory_utilization
+    fixed = activation_peak_bytes(c) + non_torch_bytes(c)
+    per_layer = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype) / max(1, stage_layers(m.num_layers, pp))
+    block = c.block_size
+    stages = []
+    offload = c.cpu_offload_gib * GIB
+    for i, (layers, weights) in enumerate(zip(stage_partition(m.num_layers, pp),
+                                              stage_weight_bytes(m, c.weight_format, tp, pp), strict=True)):
+        graphs = _graph_bytes(c, layers)
+        on_gpu = max(0.0, weights - offload)
+        available = budget - on_gpu - fixed - (graphs if c.vllm.cuda_graphs_in_budget else 0.0)
+        token_bytes = round(per_layer * layers)
+        tokens = int(max(available, 0) // (token_bytes * block)) * block if token_bytes else 0
+        stages.append(StageMemory(i, layers, on_gpu, graphs, available, token_bytes, tokens))
+    return tuple(stages)
+
+
 def activation_peak_bytes(c: ServingConfig) -> float:
     """Peak of the profile run: the larger of the forward pass and the sampler warm-up.
 
@@ -122,9 +171,12 @@ def non_torch_bytes(c: ServingConfig) -> float:
 
 
 def cuda_graph_bytes(c: ServingConfig) -> float:
+    return _graph_bytes(c, stage_layers(c.model.num_layers, c.pipeline_parallel_size))
+
+
+def _graph_bytes(c: ServingConfig, layers: int) -> float:
     if c.enforce_eager:
         return 0.0
-    layers = stage_layers(c.model.num_layers, c.pipeline_parallel_size)
     sizes = c.vllm.cuda_graph_capture_sizes(c.max_num_seqs, c.max_num_batched_tokens)
     return _CUDA_GRAPH_BASE + layers * sizes * _CUDA_GRAPH_PER_LAYER_PER_SIZE
 
@@ -148,6 +200,10 @@ def structural_problems(c: ServingConfig) -> list[str]:
                         "weights and KV cache planned for; use a GPU of compute capability 8.0 or newer")
     if pp > m.num_layers:
         problems.append(f"pipeline parallel size {pp} exceeds the {m.num_layers} layers")
+    if c.nodes < 1 or c.pipeline_parallel_size % c.nodes:
+        problems.append(f"{c.nodes} nodes cannot hold {pp} pipeline stages (one or more whole stages per node)")
+    if c.cpu_offload_gib < 0:
+        problems.append("cpu_offload_gb must not be negative")
     if not 0 < c.gpu_memory_utilization <= 1:
         problems.append(f"gpu_memory_utilization must be in (0, 1], got {c.gpu_memory_utilization}")
     if c.max_model_len < 1:
@@ -169,7 +225,7 @@ def estimate(c: ServingConfig) -> MemoryEstimate:
                               tuple(problems))
     total = float(c.gpu.total_bytes)
     budget = total * c.gpu_memory_utilization
-    weights = weight_bytes_per_gpu(m, c.weight_format, tp, pp)
+    weights = gpu_weight_bytes(c)
     activation = activation_peak_bytes(c)
     non_torch = non_torch_bytes(c)
     graphs = cuda_graph_bytes(c)

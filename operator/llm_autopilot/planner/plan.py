@@ -17,6 +17,8 @@ DEFAULT_MIN_MAX_MODEL_LEN = 8192
 KV_HEADROOM = 0.05
 #: ...and at least this share of the whole memory budget.
 BUDGET_HEADROOM = 0.02
+#: GPUs one node holds when the nodes are not known (an 8-GPU server: HGX/DGX, the largest common size).
+DEFAULT_GPUS_PER_NODE = 8
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,14 @@ class Targets:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool = False
+    #: GPUs one node gives one pod: tensor parallelism stays within it, pipeline stages span nodes
+    gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    #: nodes of the pool one replica may span (None: as many as maxGPUs allows)
+    max_nodes: int | None = None
+    #: ``maxModelLen: auto``: the longest length that fits, within the minimum and the model's maximum
+    max_model_len_auto: bool = False
+    #: the last resort: offload weights to host memory (``--cpu-offload-gb``), which is slow
+    allow_cpu_offload: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,7 +83,9 @@ class Plan:
 
     @property
     def summary(self) -> str:
-        return f"{self.config.num_gpus} x {self.config.gpu.display_name}"
+        c = self.config
+        nodes = f" ({c.nodes} nodes)" if c.nodes > 1 else ""
+        return f"{c.num_gpus} x {c.gpu.display_name}{nodes}"
 
 
 @dataclass(frozen=True)

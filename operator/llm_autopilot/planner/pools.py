@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from llm_autopilot.domain.gpu import GPUSpec
+from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest, PlanResult
 from llm_autopilot.planner.search import plan
 
@@ -27,6 +28,13 @@ class PoolChoice:
     result: PlanResult
 
 
+def replicas_that_fit(config: ServingConfig, pool: GPUPool) -> int:
+    """How many replicas of this configuration the pool's nodes hold at once: each node takes as many pods as
+    its GPUs allow, and a replica across nodes needs one pod per stage."""
+    pods_per_node = pool.gpus_per_node // config.gpus_per_pod
+    return pool.nodes * pods_per_node // config.nodes
+
+
 def group_pools(nodes: Iterable[tuple[GPUSpec, str, int]]) -> list[GPUPool]:
     """(gpu, product label, allocatable GPUs) per node -> pools, one per catalog GPU."""
     by_name: dict[str, GPUPool] = {}
@@ -43,20 +51,21 @@ def group_pools(nodes: Iterable[tuple[GPUSpec, str, int]]) -> list[GPUPool]:
 
 
 def choose_pool(pools: list[GPUPool], request_for: Callable[[GPUPool], PlanRequest]) -> PoolChoice:
-    """The feasible plan with the least GPU memory in total (GPUs x memory), then the fewest GPUs."""
+    """The feasible plan with the least GPU memory in total (GPUs x memory), then the fewest GPUs; a plan on one
+    node before one across nodes (whose pipeline stages talk over the network)."""
     if not pools:
         return PoolChoice(None, Infeasible("no schedulable nodes with NVIDIA GPUs (nvidia.com/gpu.product label "
                                            "and allocatable nvidia.com/gpu) were found; name spec.gpu.product"))
-    feasible: list[tuple[int, int, GPUPool, Plan]] = []
+    feasible: list[tuple[bool, int, int, GPUPool, Plan]] = []
     failures = []
     for pool in pools:
         result = plan(request_for(pool))
         if isinstance(result, Plan):
             gpus = result.config.num_gpus
-            feasible.append((gpus * pool.gpu.memory_mib, gpus, pool, result))
+            feasible.append((result.config.nodes > 1, gpus * pool.gpu.memory_mib, gpus, pool, result))
         else:
             failures.append(f"{pool.gpu.display_name} ({pool.gpus_per_node} per node): {result.message}")
     if feasible:
-        _, _, pool, best = min(feasible, key=lambda f: (f[0], f[1]))
+        *_, pool, best = min(feasible, key=lambda f: (f[0], f[1], f[2]))
         return PoolChoice(pool, best)
     return PoolChoice(None, Infeasible("does not fit on any GPU pool in the cluster: " + " | ".join(failures)))

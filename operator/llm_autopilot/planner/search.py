@@ -1,14 +1,16 @@
 """Search for the cheapest vLLM deployment that fits.
 
-Order of preference: fewest GPUs (power-of-two tensor parallel sizes the model allows), then best
-quality (unquantized > FP8 > 4-bit weights; model-dtype KV > fp8 KV), then the longest
-``max_model_len`` within [minimum, desired] that still serves the expected concurrency.
-When nothing fits, the answer names the smallest change that would.
+Order of preference: fewest GPUs (power-of-two tensor parallel sizes within one node, then whole nodes with
+one pipeline stage each), then best quality (unquantized > FP8 > 4-bit weights; model-dtype KV > fp8 KV),
+then the longest ``max_model_len`` within [minimum, desired] that still serves the expected concurrency.
+Offloading weights to host memory, when allowed, is the last resort. When nothing fits, the answer names
+the smallest change that would.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -16,7 +18,7 @@ from llm_autopilot.domain.architecture import CheckpointQuantization, ModelArchi
 from llm_autopilot.domain.precision import GIB, KVCacheDtype, WeightFormat
 from llm_autopilot.planner.config import ServingConfig, weights_label
 from llm_autopilot.planner.kv_cache import largest_len_that_fits
-from llm_autopilot.planner.memory import MemoryEstimate, estimate, structural_problems
+from llm_autopilot.planner.memory import MemoryEstimate, estimate, gpu_weight_bytes, structural_problems
 from llm_autopilot.planner.plan import (
     BUDGET_HEADROOM,
     DEFAULT_MIN_MAX_MODEL_LEN,
@@ -27,7 +29,7 @@ from llm_autopilot.planner.plan import (
     PlanResult,
     Reason,
 )
-from llm_autopilot.planner.weights import total_parameters
+from llm_autopilot.planner.weights import stage_partition, total_parameters
 
 #: Largest tensor-parallel size the suggestions consider (one node of 8 GPUs is the common case).
 _SUGGESTION_MAX_GPUS = 8
@@ -84,17 +86,52 @@ def weight_options(req: PlanRequest, allowed: tuple[WeightFormat, ...]) -> list[
     return sorted(supported, key=lambda o: o.rank)
 
 
-def _tensor_parallel_sizes(model: ModelArchitecture, max_gpus: int, min_gpus: int = 1) -> Iterator[int]:
-    tp = 1
-    while tp <= max_gpus:
+@dataclass(frozen=True)
+class Layout:
+    """How one replica's GPUs are arranged: tensor parallel within a node, one pipeline stage per node."""
+
+    tp: int
+    nodes: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.nodes
+
+
+def _tp_valid(req: PlanRequest, tp: int) -> bool:
+    m = req.model
+    if m.num_attention_heads % tp:
+        return False
+    return m.mla is not None or (m.num_kv_heads % tp == 0 if m.num_kv_heads >= tp else tp % m.num_kv_heads == 0)
+
+
+def _layouts(req: PlanRequest, max_gpus: int, min_gpus: int = 1) -> Iterator[Layout]:
+    """Every layout with at most ``max_gpus`` GPUs, fewest first: power-of-two tensor parallel sizes that fit
+    one node, then 2, 3, ... nodes of the largest such size the model allows, one pipeline stage each."""
+    t = req.targets
+    per_node = max(1, t.gpus_per_node)
+    tp, node_tp = 1, 0
+    while tp <= min(max_gpus, per_node):
         if tp >= min_gpus:
-            yield tp
+            yield Layout(tp)
         tp *= 2
+    tp = 1
+    while tp * 2 <= per_node:
+        tp *= 2
+    while tp > 1 and not _tp_valid(req, tp):
+        tp //= 2
+    node_tp = tp
+    nodes = 2
+    while node_tp * nodes <= max_gpus and (t.max_nodes is None or nodes <= t.max_nodes) \
+            and nodes <= req.model.num_layers:
+        if node_tp * nodes >= min_gpus:
+            yield Layout(node_tp, nodes)
+        nodes += 1
 
 
 def _length_bounds(req: PlanRequest) -> tuple[int, int]:
     t, model_max = req.targets, req.model.max_position_embeddings
-    desired = t.max_model_len or model_max
+    desired = model_max if t.max_model_len_auto else (t.max_model_len or model_max)
     minimum = t.min_max_model_len or (desired if t.max_model_len else min(desired, DEFAULT_MIN_MAX_MODEL_LEN))
     return desired, min(minimum, desired)
 
@@ -121,15 +158,18 @@ def _batch_settings(req: PlanRequest) -> tuple[int, int, str, str]:
     return seqs, max(tokens, seqs), seqs_why, tokens_why
 
 
-def _config(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, tp: int, length: int) -> ServingConfig:
+def _config(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, layout: Layout, length: int,
+            offload_gib: float = 0.0) -> ServingConfig:
     t = req.targets
     seqs, tokens, _, _ = _batch_settings(req)
     return ServingConfig(
         model=option.model,
         gpu=req.gpu,
         vllm=req.vllm,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=1,
+        tensor_parallel_size=layout.tp,
+        pipeline_parallel_size=layout.nodes,
+        nodes=layout.nodes,
+        cpu_offload_gib=offload_gib,
         gpu_memory_utilization=t.gpu_memory_utilization or req.vllm.default_gpu_memory_utilization,
         max_model_len=length,
         max_num_seqs=seqs,
@@ -161,14 +201,19 @@ def _longest_len(cfg: ServingConfig, probe: MemoryEstimate, desired: int, concur
 class _Candidate:
     option: WeightOption
     kv: KVCacheDtype
-    tp: int
+    layout: Layout
     config: ServingConfig
     estimate: MemoryEstimate
 
+    @property
+    def tp(self) -> int:
+        return self.layout.tp
 
-def _try(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, tp: int, concurrency: int) -> _Candidate | None:
+
+def _try(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, layout: Layout, concurrency: int,
+         offload_gib: float = 0.0) -> _Candidate | None:
     desired, minimum = _length_bounds(req)
-    probe_cfg = _config(req, option, kv, tp, minimum)
+    probe_cfg = _config(req, option, kv, layout, minimum, offload_gib)
     if structural_problems(probe_cfg):
         return None
     probe = estimate(probe_cfg)
@@ -179,7 +224,7 @@ def _try(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, tp: int, conc
         return None
     cfg = dataclasses.replace(probe_cfg, max_model_len=length)
     result = estimate(cfg)
-    return _Candidate(option, kv, tp, cfg, result) if result.fits else None
+    return _Candidate(option, kv, layout, cfg, result) if result.fits else None
 
 
 def _kv_options(req: PlanRequest, allowed: tuple[KVCacheDtype, ...]) -> list[KVCacheDtype]:
@@ -191,12 +236,40 @@ def _search(req: PlanRequest, *, max_gpus: int, formats: tuple[WeightFormat, ...
             kv_dtypes: tuple[KVCacheDtype, ...], concurrency: int) -> _Candidate | None:
     options = weight_options(req, formats)
     kvs = _kv_options(req, kv_dtypes)
-    for tp in _tensor_parallel_sizes(req.model, max_gpus, req.targets.min_gpus):
+    for layout in _layouts(req, max_gpus, req.targets.min_gpus):
         for option in options:
             for kv in kvs:
-                found = _try(req, option, kv, tp, concurrency)
+                found = _try(req, option, kv, layout, concurrency)
                 if found:
                     return found
+    return None
+
+
+def _search_offload(req: PlanRequest, concurrency: int) -> _Candidate | None:
+    """The last resort: the widest layout allowed, the best quality, and the fewest whole GiB of weights per GPU
+    in host memory that make it fit (each forward pass streams them over PCIe: slow)."""
+    t = req.targets
+    layouts = list(_layouts(req, t.max_gpus, t.min_gpus))
+    if not layouts:
+        return None
+    layout = layouts[-1]
+    _, minimum = _length_bounds(req)
+    for option in weight_options(req, t.allowed_weight_formats):
+        for kv in _kv_options(req, t.allowed_kv_cache_dtypes):
+            probe = _config(req, option, kv, layout, minimum)
+            if structural_problems(probe):
+                continue
+            most = math.ceil(gpu_weight_bytes(probe) / GIB)
+            if most < 1 or _try(req, option, kv, layout, concurrency, float(most)) is None:
+                continue
+            low, high = 0, most  # invariant: `low` GiB does not fit, `high` does
+            while high - low > 1:
+                middle = (low + high) // 2
+                if _try(req, option, kv, layout, concurrency, float(middle)) is None:
+                    low = middle
+                else:
+                    high = middle
+            return _try(req, option, kv, layout, concurrency, float(high))
     return None
 
 
@@ -219,10 +292,20 @@ def plan(req: PlanRequest) -> PlanResult:
                 f"tokens fit (expected concurrency {wanted}); allow more GPUs, fp8 KV cache or a shorter "
                 "minimum maxModelLen to serve more"
             )
+    if found is None and t.allow_cpu_offload:
+        found = _search_offload(req, wanted) or (_search_offload(req, 1) if wanted > 1 else None)
+        if found is not None:
+            warnings.append(_offload_warning(req, found))
     if found is None:
         return _explain_infeasible(req)
     return Plan(found.config, found.estimate, found.option.served_model_id,
                 tuple(_reasons(req, found)), tuple(warnings))
+
+
+def _offload_warning(req: PlanRequest, c: _Candidate) -> str:
+    return (f"SLOW: {c.config.cpu_offload_gib:g} GiB of weights per GPU are offloaded to host memory "
+            f"(--cpu-offload-gb) and cross PCIe on every forward pass, so every token is several times slower; "
+            f"nothing fits in the memory of {c.layout.gpus} x {req.gpu.display_name} otherwise")
 
 
 def _invalid_targets(req: PlanRequest) -> str | None:
@@ -248,45 +331,82 @@ def _gib(value: float) -> str:
     return f"{value / GIB:.1f} GiB"
 
 
-def _first_problem(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, tp: int) -> str:
+def _first_problem(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, layout: Layout) -> str:
     _, minimum = _length_bounds(req)
-    cfg = _config(req, option, kv, tp, minimum)
+    cfg = _config(req, option, kv, layout, minimum)
     problems = estimate(cfg).problems
     return problems[0] if problems else f"it cannot serve {req.targets.concurrency or 1} sequences"
+
+
+def _describe(layout: Layout, gpu: str) -> str:
+    return f"{layout.gpus} x {gpu}" if layout.nodes == 1 else f"{layout.nodes} nodes of {layout.tp} x {gpu}"
+
+
+def _smaller(req: PlanRequest, layout: Layout) -> Layout | None:
+    """The widest layout with fewer GPUs (the one the search tried just before)."""
+    fewer = list(_layouts(req, layout.gpus - 1))
+    return fewer[-1] if fewer else None
+
+
+def _layout_reasons(req: PlanRequest, c: _Candidate) -> list[Reason]:
+    gpu, t, layout = req.gpu.display_name, req.targets, c.layout
+    best = weight_options(req, t.allowed_weight_formats)[-1]
+    kv = _kv_options(req, t.allowed_kv_cache_dtypes)[-1]
+    smaller = _smaller(req, layout)
+    why_not_smaller = (f"{_describe(smaller, gpu)} does not fit even with {best.label} weights and {kv} KV cache: "
+                       f"{_first_problem(req, best, kv, smaller)}") if smaller is not None else ""
+    if layout.nodes == 1:
+        if layout.tp == 1:
+            return [Reason("tensorParallelSize", "1", f"fits on a single {gpu}")]
+        return [Reason("tensorParallelSize", str(layout.tp), why_not_smaller)]
+    stages = " + ".join(str(n) for n in stage_partition(req.model.num_layers, layout.nodes))
+    return [
+        Reason("tensorParallelSize", str(layout.tp),
+               f"tensor parallel within a node ({layout.tp} x {gpu} per node, over NVLink); not across nodes, whose "
+               "network is far slower than NVLink"),
+        Reason("pipelineParallelSize", str(layout.nodes),
+               f"pipeline parallel across {layout.nodes} nodes, one stage of {stages} layers each: {why_not_smaller}"),
+    ]
+
+
+def _length_reason(req: PlanRequest, c: _Candidate) -> Reason:
+    cfg, est, t = c.config, c.estimate, req.targets
+    desired, minimum = _length_bounds(req)
+    fits = (f"the longest that fits {t.concurrency or 1} sequence(s) in the {_gib(est.kv_cache_bytes)} KV cache "
+            f"with headroom for estimate error")
+    if t.max_model_len_auto:
+        why = ("auto: the model's full context fits" if cfg.max_model_len == desired else
+               f"auto: {fits} (minimum {minimum}, model maximum {desired})")
+    elif cfg.max_model_len == desired:
+        why = "the desired length" if t.max_model_len else "the model's full context"
+    else:
+        why = f"{fits} (desired {desired}, minimum {minimum})"
+    return Reason("maxModelLen", str(cfg.max_model_len), why)
 
 
 def _reasons(req: PlanRequest, c: _Candidate) -> list[Reason]:
     gpu = req.gpu.display_name
     cfg, est, t = c.config, c.estimate, req.targets
-    reasons = []
-    if c.tp == 1:
-        reasons.append(Reason("tensorParallelSize", "1", f"fits on a single {gpu}"))
-    else:
-        smaller = c.tp // 2
-        best = weight_options(req, t.allowed_weight_formats)[-1]
-        kv = _kv_options(req, t.allowed_kv_cache_dtypes)[-1]
-        reasons.append(Reason("tensorParallelSize", str(c.tp),
-                              f"{smaller} x {gpu} does not fit even with {best.label} weights and "
-                              f"{kv} KV cache: {_first_problem(req, best, kv, smaller)}"))
+    reasons = _layout_reasons(req, c)
     options = weight_options(req, t.allowed_weight_formats)
     if c.option == options[0]:
         reasons.append(Reason("weights", cfg.weights_label, f"{c.option.note}; the best quality allowed"))
     else:
         reasons.append(Reason("weights", cfg.weights_label,
-                              f"{c.option.note}; better formats do not fit on {c.tp} x {gpu}: "
-                              f"{_first_problem(req, options[0], KVCacheDtype.AUTO, c.tp)}"))
+                              f"{c.option.note}; better formats do not fit on {_describe(c.layout, gpu)}: "
+                              f"{_first_problem(req, options[0], KVCacheDtype.AUTO, c.layout)}"))
     if c.kv is KVCacheDtype.AUTO:
         reasons.append(Reason("kvCacheDtype", "auto", "the model's own dtype; the best quality"))
     else:
         reasons.append(Reason("kvCacheDtype", "fp8", "the model-dtype KV cache does not hold the target length "
                                                      "and concurrency; fp8 halves the bytes per token"))
-    desired, minimum = _length_bounds(req)
-    if cfg.max_model_len == desired:
-        why = "the desired length" if t.max_model_len else "the model's full context"
-    else:
-        why = (f"the longest that fits {t.concurrency or 1} sequence(s) in the {_gib(est.kv_cache_bytes)} KV cache "
-               f"with headroom for estimate error (desired {desired}, minimum {minimum})")
-    reasons.append(Reason("maxModelLen", str(cfg.max_model_len), why))
+    if cfg.cpu_offload_gib:
+        reasons.append(Reason("cpuOffloadGB", f"{cfg.cpu_offload_gib:g}",
+                              f"SLOW, the last resort (allowCPUOffload): nothing fits in GPU memory on "
+                              f"{_describe(c.layout, gpu)}, so {cfg.cpu_offload_gib:g} GiB of weights per GPU stay "
+                              "in host memory and cross PCIe on every forward pass; every token is several times "
+                              "slower. Allow more GPUs or a quantization to serve at full speed"))
+    reasons.append(_length_reason(req, c))
     pinned = t.gpu_memory_utilization is not None
     reasons.append(Reason("gpuMemoryUtilization", f"{cfg.gpu_memory_utilization:g}",
                           "set in the spec" if pinned else f"vLLM {req.vllm.version}'s default"))
@@ -306,8 +426,8 @@ def _explain_infeasible(req: PlanRequest) -> Infeasible:
     _, minimum = _length_bounds(req)
     options = weight_options(req, t.allowed_weight_formats)
     kvs = _kv_options(req, t.allowed_kv_cache_dtypes)
-    closest_tp = _largest_valid_tp(req, t.max_gpus)
-    closest = estimate(_config(req, options[-1], kvs[-1], closest_tp, minimum)) if options and kvs else None
+    closest_layout = _largest_valid_layout(req, t.max_gpus)
+    closest = estimate(_config(req, options[-1], kvs[-1], closest_layout, minimum)) if options and kvs else None
     why = closest.problems[0] if closest and closest.problems else "no tensor parallel size is valid"
     suggestions = _suggestions(req, minimum)
     head = (f"{m.model_id} ({size}) does not fit on {t.max_gpus} x {gpu} with maxModelLen >= {minimum}: {why}")
@@ -320,11 +440,11 @@ def _native_option(req: PlanRequest) -> WeightOption:
     return WeightOption(req.model.weight_format, req.model, req.model.model_id, "as published")
 
 
-def _largest_valid_tp(req: PlanRequest, max_gpus: int) -> int:
+def _largest_valid_layout(req: PlanRequest, max_gpus: int) -> Layout:
     native = _native_option(req)
-    valid = [tp for tp in _tensor_parallel_sizes(req.model, max_gpus)
-             if not structural_problems(_config(req, native, KVCacheDtype.AUTO, tp, 1))]
-    return valid[-1] if valid else 1
+    valid = [layout for layout in _layouts(req, max_gpus)
+             if not structural_problems(_config(req, native, KVCacheDtype.AUTO, layout, 1))]
+    return valid[-1] if valid else Layout(1)
 
 
 def _unsupported(req: PlanRequest) -> str | None:
@@ -350,13 +470,14 @@ def _suggestions(req: PlanRequest, minimum: int) -> list[str]:
     any_quality = _search(req, max_gpus=widest, formats=tuple(WeightFormat), kv_dtypes=tuple(KVCacheDtype),
                           concurrency=1)
     for found in (same_quality, any_quality):
-        if found is None or (found is any_quality and same_quality and same_quality.tp <= found.tp):
+        if found is None or (found is any_quality and same_quality and same_quality.layout.gpus <= found.layout.gpus):
             continue
-        needs = f"needs at least {found.tp} x {gpu} with {found.option.label} weights"
+        nodes = f" ({found.layout.nodes} nodes)" if found.layout.nodes > 1 else ""
+        needs = f"needs at least {found.layout.gpus} x {gpu}{nodes} with {found.option.label} weights"
         if found.kv is KVCacheDtype.FP8:
             needs += " and fp8 KV cache"
         changes = []
-        if found.tp > t.max_gpus:
+        if found.layout.gpus > t.max_gpus:
             changes.append(f"maxGPUs is {t.max_gpus}")
         if found.option.weight_format not in (*t.allowed_weight_formats, req.model.weight_format):
             changes.append(f"add {found.option.weight_format} to allowedQuantizations: {found.option.note}")
@@ -364,10 +485,10 @@ def _suggestions(req: PlanRequest, minimum: int) -> list[str]:
             changes.append("add fp8 to allowedKVCacheDtypes")
         suggestions.append(f"{needs} ({'; '.join(changes)})" if changes else needs)
     best_len = 0
-    for tp in _tensor_parallel_sizes(req.model, t.max_gpus):
+    for layout in _layouts(req, t.max_gpus):
         for option in weight_options(req, t.allowed_weight_formats):
             for kv in _kv_options(req, t.allowed_kv_cache_dtypes):
-                cfg = _config(req, option, kv, tp, 1)
+                cfg = _config(req, option, kv, layout, 1)
                 if structural_problems(cfg):
                     continue
                 probe = estimate(cfg)

@@ -73,6 +73,15 @@ def stage_layers(num_layers: int, pp: int) -> int:
     return math.ceil(num_layers / pp)
 
 
+def stage_partition(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Layers of each pipeline stage, as vLLM splits them (``distributed/utils.py::get_pp_indices``): evenly,
+    the remainder one each to the stages before the last, from the second-to-last backwards."""
+    partitions = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        partitions[-i] += 1
+    return tuple(partitions)
+
+
 def _bytes_per_param(m: ModelArchitecture, fmt: WeightFormat) -> float:
     if fmt is WeightFormat.NONE:
         return ACTIVATION_DTYPE_BYTES
@@ -109,9 +118,11 @@ def _padded_for_kernels(b: _ParamBytes, fmt: WeightFormat) -> _ParamBytes:
 _ONE_BYTE = _ParamBytes(1.0, 1.0, 1.0)
 
 
-def _layer_stack(m: ModelArchitecture, tp: int, num_layers: int, b: _ParamBytes) -> float:
-    """Bytes (or, with one byte each, parameters) of ``num_layers`` decoder layers on one rank."""
-    first_dense = min(m.moe.first_dense_layers if m.moe else 0, num_layers)
+def _layer_stack(m: ModelArchitecture, tp: int, num_layers: int, b: _ParamBytes, start: int = 0) -> float:
+    """Bytes (or, with one byte each, parameters) of ``num_layers`` decoder layers from layer ``start``, on one
+    rank (the leading dense layers of a MoE model fall into the first stage)."""
+    dense_layers = m.moe.first_dense_layers if m.moe else 0
+    first_dense = max(0, min(dense_layers, start + num_layers) - start)
     total = 0.0
     for count, is_moe in ((first_dense, False), (num_layers - first_dense, m.moe is not None)):
         if count > 0:
@@ -134,6 +145,20 @@ def weight_bytes_per_gpu(m: ModelArchitecture, fmt: WeightFormat, tp: int, pp: i
     layers = _layer_stack(m, tp, stage_layers(m.num_layers, pp), b)
     vocab = _vocab_matrices(m, pp=pp) * padded_vocab(m) * m.hidden_size / tp * b.unquantized
     return (layers + vocab) * _checkpoint_calibration(m, fmt)
+
+
+def stage_weight_bytes(m: ModelArchitecture, fmt: WeightFormat, tp: int, pp: int) -> tuple[float, ...]:
+    """Bytes of weights on one GPU of each pipeline stage: its layers, the embedding on the first stage and the
+    LM head on the last (one matrix on each when tied and split)."""
+    b = _padded_for_kernels(_param_bytes(m, fmt), fmt)
+    calibration = _checkpoint_calibration(m, fmt)
+    vocab_matrix = padded_vocab(m) * m.hidden_size / tp * b.unquantized
+    result, start = [], 0
+    for i, layers in enumerate(stage_partition(m.num_layers, pp)):
+        matrices = _vocab_matrices(m, pp=1) if pp == 1 else int(i == 0) + int(i == pp - 1)
+        result.append((_layer_stack(m, tp, layers, b, start) + matrices * vocab_matrix) * calibration)
+        start += layers
+    return tuple(result)
 
 
 def counted_checkpoint_bytes(m: ModelArchitecture) -> float:

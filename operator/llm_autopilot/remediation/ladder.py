@@ -72,6 +72,8 @@ class Running:
     floor_gpu_memory_utilization: float
     floor_max_num_seqs: int
     floor_max_num_batched_tokens: int
+    #: spec.autoscaling is set: KEDA owns the replica count, so no rung changes it
+    autoscaled: bool = False
 
 
 def max_model_len_floor(*, floor: int | None, serving_min: int | None, serving_max: int | None,
@@ -168,7 +170,7 @@ def _more_memory(r: Running, o: Overrides) -> Candidate | None:
 
 
 def _more_replicas(r: Running, o: Overrides) -> Candidate | None:
-    if r.replicas + 1 > r.max_replicas:
+    if r.autoscaled or r.replicas + 1 > r.max_replicas:  # an autoscaler's count is not remediation's to change
         return None
     return Candidate(dataclasses.replace(o, replicas=r.replicas + 1), f"replicas {r.replicas} -> {r.replicas + 1}")
 
@@ -192,6 +194,7 @@ def candidates(c: Classification, r: Running, o: Overrides) -> list[Candidate]:
         case Signal.CUDA_OOM_RUNTIME:
             options = [_fewer_seqs(r, o, with_tokens=True), _fp8_kv(r, o), _more_gpus(r, o), _lower_utilization(r, o)]
         case Signal.KV_SATURATION:
+            # with autoscaling, KEDA adds replicas on the same signal; the ladder changes only vLLM's settings
             options = [_fp8_kv(r, o), _more_replicas(r, o), _more_gpus(r, o), _fewer_seqs(r, o, with_tokens=False)]
         case _:
             options = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,17 @@ class WorkloadInputs:
     #: remediation's overrides of spec.replicas and of the container memory limit
     replicas: int | None = None
     memory_limit_gib: float | None = None
+    #: host memory vLLM keeps on purpose (CPU offload, KV offloading, multimodal caches), added to request and limit
+    host_memory_gib: float = 0.0
+    #: Prometheus KEDA queries (spec.autoscaling.prometheusAddress, else the operator's)
+    prometheus_address: str | None = None
+
+    @property
+    def replica_count(self) -> int:
+        """Replicas to run: remediation's override unless KEDA drives them, else the spec's."""
+        if self.replicas is None or self.spec.autoscaling is not None:
+            return self.spec.replicas
+        return self.replicas
 
 
 def content_hash(obj: Any) -> str:
@@ -137,8 +149,9 @@ def _at_most(default: str, limit: int | str | None) -> int | str:
 
 
 def container_resources(inputs: WorkloadInputs) -> dict[str, dict[str, Any]]:
-    """GPUs from the plan; CPU/memory from the spec, else a default that scales with the GPU count."""
-    gpus = inputs.plan.config.num_gpus
+    """GPUs from the plan (one pod's share when a replica spans nodes); CPU/memory from the spec, else a default
+    that scales with the GPU count; plus the host memory vLLM uses on purpose."""
+    gpus = inputs.plan.config.gpus_per_pod
     spec_resources = inputs.spec.resources
     requests: dict[str, Any] = {"cpu": str(2 * gpus), "memory": _gib(16 + 8 * gpus)}
     limits: dict[str, Any] = {"memory": _gib(1.5 * (16 + 8 * gpus))}
@@ -153,9 +166,22 @@ def container_resources(inputs: WorkloadInputs) -> dict[str, dict[str, Any]]:
         limits["memory"] = memory_quantity(inputs.memory_limit_gib)
         if "memory" in requests and parse_quantity(requests["memory"]) > parse_quantity(limits["memory"]):
             limits["memory"] = requests["memory"]
+    if inputs.host_memory_gib > 0:
+        _add_host_memory(requests, limits, inputs.host_memory_gib, raised=inputs.memory_limit_gib is not None)
+    gpus = inputs.plan.config.gpus_per_pod
     requests[GPU_RESOURCE] = str(gpus)  # quantities as the API server returns them
     limits[GPU_RESOURCE] = str(gpus)
     return {"requests": requests, "limits": limits}
+
+
+def _add_host_memory(requests: dict[str, Any], limits: dict[str, Any], gib: float, *, raised: bool) -> None:
+    """Host memory vLLM uses on purpose, on top of the request and the limit (a limit remediation raised was
+    measured from a limit that already held it). No memory limit stays no limit."""
+    requests["memory"] = memory_quantity(quantity_gib(str(requests.get("memory", "0"))) + gib)
+    if "memory" in limits and not raised:
+        limits["memory"] = memory_quantity(quantity_gib(str(limits["memory"])) + gib)
+    if "memory" in limits and parse_quantity(requests["memory"]) > parse_quantity(limits["memory"]):
+        limits["memory"] = requests["memory"]
 
 
 def _env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
@@ -190,25 +216,34 @@ def _affinity(inputs: WorkloadInputs) -> dict[str, Any] | None:
     }]}}}
 
 
-def deployment(inputs: WorkloadInputs) -> dict[str, Any]:
-    owner, spec, plan = inputs.owner, inputs.spec, inputs.plan
-    gpus = plan.config.num_gpus
-    pod_spec: dict[str, Any] = {
-        "containers": [{
-            "name": CONTAINER,
-            "image": inputs.image,
-            "command": ["vllm", "serve"],
-            "args": list(inputs.args),
-            "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
-            "env": [*_env(inputs), *_home_env(inputs)],
-            "resources": container_resources(inputs),
-            "securityContext": _container_security_context(),
-            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME_DIR}],
-            "startupProbe": _probe("/health", _STARTUP_PERIOD, STARTUP_SECONDS // _STARTUP_PERIOD),
-            "readinessProbe": _probe("/health", 5, 3),
-            "livenessProbe": _probe("/health", 10, 3),
-            "terminationMessagePolicy": "FallbackToLogsOnError",
-        }],
+def container(inputs: WorkloadInputs, *, command: list[str], args: list[str], probes: dict[str, Any],
+              env: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    return {
+        "name": CONTAINER,
+        "image": inputs.image,
+        "command": command,
+        "args": args,
+        "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
+        "env": [*_env(inputs), *_home_env(inputs), *env],
+        "resources": container_resources(inputs),
+        "securityContext": _container_security_context(),
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME_DIR}],
+        **probes,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def http_probes() -> dict[str, Any]:
+    return {"startupProbe": _probe("/health", _STARTUP_PERIOD, STARTUP_SECONDS // _STARTUP_PERIOD),
+            "readinessProbe": _probe("/health", 5, 3), "livenessProbe": _probe("/health", 10, 3)}
+
+
+def pod_spec(inputs: WorkloadInputs, vllm: dict[str, Any]) -> dict[str, Any]:
+    """The pod around one vLLM container: volumes, security, placement."""
+    spec = inputs.spec
+    gpus = inputs.plan.config.gpus_per_pod
+    pod: dict[str, Any] = {
+        "containers": [vllm],
         # NCCL and vLLM's workers exchange tensors through shared memory; the home holds the downloaded model
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _gib(max(2, 2 * gpus))}},
                     {"name": "home", "emptyDir": {}}],
@@ -218,38 +253,62 @@ def deployment(inputs: WorkloadInputs) -> dict[str, Any]:
         "securityContext": _pod_security_context(),
     }
     if spec.gpu.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.gpu.node_selector)
+        pod["nodeSelector"] = dict(spec.gpu.node_selector)
     if spec.gpu.tolerations:
-        pod_spec["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.gpu.tolerations]
+        pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.gpu.tolerations]
     affinity = _affinity(inputs)
     if affinity is not None:
-        pod_spec["affinity"] = affinity
-    template_labels = labels(owner)
+        pod["affinity"] = affinity
+    return pod
+
+
+def plan_hash(inputs: WorkloadInputs) -> str:
+    return content_hash(list(inputs.args))
+
+
+def metadata(owner: Owner, name: str | None = None, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """An owned object's metadata (named after the LLMDeployment unless ``name`` says otherwise)."""
+    meta = _metadata(owner)
+    if name is not None:
+        meta["name"] = name
+    if extra_labels:
+        meta["labels"].update(extra_labels)
+    return meta
+
+
+def with_hash(obj: dict[str, Any]) -> dict[str, Any]:
+    return _with_hash(obj)
+
+
+def deployment(inputs: WorkloadInputs, *, replicas: int | None = None) -> dict[str, Any]:
+    owner = inputs.owner
+    vllm = container(inputs, command=["vllm", "serve"], args=list(inputs.args), probes=http_probes())
     obj = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _metadata(owner),
         "spec": {
-            "replicas": spec.replicas if inputs.replicas is None else inputs.replicas,
+            "replicas": inputs.replica_count if replicas is None else replicas,
             "selector": {"matchLabels": selector(owner)},
             # GPUs are scarce: replace pods one at a time instead of surging onto GPUs that may not exist
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "template": {
-                "metadata": {"labels": template_labels, "annotations": {PLAN_HASH: content_hash(list(inputs.args))}},
-                "spec": pod_spec,
+                "metadata": {"labels": labels(owner), "annotations": {PLAN_HASH: plan_hash(inputs)}},
+                "spec": pod_spec(inputs, vllm),
             },
         },
     }
     return _with_hash(obj)
 
 
-def service(inputs: WorkloadInputs) -> dict[str, Any]:
+def service(inputs: WorkloadInputs, pod_selector: dict[str, str] | None = None) -> dict[str, Any]:
+    """The clients' Service: every pod, or with groups only their leaders (the workers serve no API)."""
     return _with_hash({
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _metadata(inputs.owner),
         "spec": {
-            "selector": selector(inputs.owner),
+            "selector": pod_selector or selector(inputs.owner),
             "ports": [{"name": "http", "port": VLLM_PORT, "targetPort": "http", "protocol": "TCP"}],
         },
     })
@@ -260,9 +319,15 @@ def pod_disruption_budget(inputs: WorkloadInputs) -> dict[str, Any]:
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": _metadata(inputs.owner),
-        # one pod at a time; never 0, which would block node drains for a single replica forever
+        # one pod at a time; never 0, which would block node drains for a single replica forever. A pod of a
+        # group across nodes takes its whole group down, so this is also one group at a time.
         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": selector(inputs.owner)}},
     })
+
+
+def label_selector(match: dict[str, str]) -> str:
+    """A matchLabels selector as a string (the scale subresource's status.selector)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(match.items()))
 
 
 def workload(inputs: WorkloadInputs) -> list[dict[str, Any]]:

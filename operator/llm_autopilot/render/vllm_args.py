@@ -57,6 +57,8 @@ def render_vllm_args(plan: Plan, options: ServeOptions = ServeOptions()) -> list
         args += ["--kv-cache-dtype", "fp8"]
     if c.enforce_eager:
         args.append("--enforce-eager")
+    if c.cpu_offload_gib:
+        args += ["--cpu-offload-gb", f"{c.cpu_offload_gib:g}"]
     args += ["--port", str(options.port)]
     args += list(options.extra_args)
     return args

@@ -1,0 +1,126 @@
+"""Replicas across nodes on the local cluster's simulated H100 nodes: Llama-3.1-405B in bf16 as one StatefulSet
+group of two pods (one per 8-GPU node), Ready as a unit; a worker's OOM counts against the group's plan; with the
+LeaderWorkerSet CRD present, a LeaderWorkerSet the API server accepts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import ROOT, Kubectl, Operator, wait_for
+from tests.e2e.test_operator import apply_example, condition, running_pods, wait_condition
+from tests.e2e.test_remediation import remediation
+
+pytestmark = pytest.mark.e2e
+NAME = "llama-405b"
+GROUP = f"{NAME}-0"
+LWS_CRD = ROOT / "tests" / "data" / "crds" / "leaderworkersets.yaml"
+LWS_CRD_NAME = "leaderworkersets.leaderworkerset.x-k8s.io"
+
+
+def sts_container(kubectl: Kubectl, ns: str) -> dict[str, Any]:
+    return dict(kubectl.json("statefulset", GROUP, "-n", ns)["spec"]["template"]["spec"]["containers"][0])
+
+
+def test_405b_runs_as_one_group_on_two_h100_nodes(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
+    apply_example(kubectl, namespace, "llama-3.1-405b-multinode.yaml")
+    llmd = wait_condition(kubectl, namespace, NAME, "Ready", "True", timeout=120)
+    plan = llmd["status"]["plan"]
+    assert plan["summary"] == "16 x H100-80GB (2 nodes)" and plan["quantization"] == "bf16"
+    assert (plan["tensorParallelSize"], plan["pipelineParallelSize"], plan["nodes"]) == (8, 2, 2)
+    assert [s["layers"] for s in plan["stages"]] == [63, 63] and plan["replicasThatFit"] == 1
+    assert any(r.startswith("pipelineParallelSize=2: pipeline parallel across 2 nodes") for r in plan["reasons"])
+    ready = condition(llmd, "Ready")
+    assert ready is not None and ready["message"] == "1/1 replicas are available"  # the group counts once
+    assert llmd["status"]["readyReplicas"] == 1 and llmd["status"]["replicas"] == 1
+
+    sts = kubectl.json("statefulset", GROUP, "-n", namespace)
+    assert sts["spec"]["replicas"] == 2 and sts["spec"]["podManagementPolicy"] == "Parallel"
+    assert sts["status"]["readyReplicas"] == 2
+    headless = kubectl.json("service", GROUP, "-n", namespace)["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    assert kubectl.json("service", NAME, "-n", namespace)["spec"]["selector"]["apps.kubernetes.io/pod-index"] == "0"
+    assert kubectl.maybe("deployment", NAME, "-n", namespace) is None
+    # one pod per H100 node, each with its node's 8 GPUs; ranks from the ordinal
+    pods = sorted(running_pods(kubectl, namespace, NAME), key=lambda p: p["metadata"]["name"])
+    assert [p["metadata"]["name"] for p in pods] == [f"{GROUP}-0", f"{GROUP}-1"]
+    assert {p["spec"]["nodeName"] for p in pods} == {"gpu-h100-0", "gpu-h100-1"}
+    assert [p["metadata"]["labels"]["apps.kubernetes.io/pod-index"] for p in pods] == ["0", "1"]
+    c = pods[0]["spec"]["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    args = c["args"]
+    assert args[args.index("--nnodes") + 1] == "2" and args[args.index("--master-addr") + 1] == f"{GROUP}-0.{GROUP}"
+    assert args[args.index("--pipeline-parallel-size") + 1] == "2"
+    # the PodDisruptionBudget covers every pod of the group
+    pdb = kubectl.json("pdb", NAME, "-n", namespace)
+    assert pdb["spec"]["maxUnavailable"] == 1 and wait_for(
+        "the PDB counting both pods", lambda: kubectl.json("pdb", NAME, "-n", namespace)["status"].get(
+            "expectedPods") == 2, timeout=60)
+
+
+def test_a_workers_oom_counts_against_the_groups_plan(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
+    apply_example(kubectl, namespace, "llama-3.1-405b-multinode.yaml")
+    wait_condition(kubectl, namespace, NAME, "Ready", "True", timeout=120)
+    before = sts_container(kubectl, namespace)["resources"]["limits"]["memory"]
+    worker = next(p for p in running_pods(kubectl, namespace, NAME)
+                  if p["metadata"]["labels"]["apps.kubernetes.io/pod-index"] == "1")
+    status = worker["status"]["containerStatuses"][0]
+    stamp = "2026-12-01T00:00:05Z"
+    status.update(restartCount=1, lastState={"terminated": {"reason": "OOMKilled", "exitCode": 137,
+                                                             "startedAt": stamp, "finishedAt": stamp}})
+    kubectl("patch", "pod", worker["metadata"]["name"], "-n", namespace, "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": {"containerStatuses": [status]}}))
+    wait_for("a larger memory limit for every pod of the group",
+             lambda: sts_container(kubectl, namespace)["resources"]["limits"]["memory"] != before, timeout=60)
+    rem = wait_for("rung 1", lambda: (r := remediation(kubectl, namespace, NAME)).get("rung") == 1 and r, 30)
+    assert rem["history"][-1]["signal"] == "OOMKilled"
+    assert rem["history"][-1]["evidence"].get("pod") == worker["metadata"]["name"]
+
+
+@pytest.fixture
+def lws_crd(kubectl: Kubectl) -> Iterator[None]:
+    """The LeaderWorkerSet CRD, only for this test: its presence switches every operator to LWS objects."""
+    kubectl("apply", "--server-side", "-f", str(LWS_CRD))
+    wait_for("the LWS CRD established", lambda: any(
+        c["type"] == "Established" and c["status"] == "True"
+        for c in kubectl.json("crd", LWS_CRD_NAME).get("status", {}).get("conditions", [])), timeout=30)
+    try:
+        yield
+    finally:
+        kubectl("delete", "crd", LWS_CRD_NAME, "--ignore-not-found", "--wait=true", check=False)
+
+
+def _pod_from_template(template: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": template["metadata"]["labels"],
+                         "annotations": template["metadata"].get("annotations", {})},
+            "spec": template["spec"]}
+
+
+def test_with_the_lws_crd_the_group_is_a_leader_worker_set(kubectl: Kubectl, operator: Operator, namespace: str,
+                                                           lws_crd: None, tmp_path: Path) -> None:
+    apply_example(kubectl, namespace, "llama-3.1-405b-multinode.yaml")
+    wait_condition(kubectl, namespace, NAME, "Planned", "True", timeout=60)
+    # the operator's own server-side dry run and write passed the CRD's schema; strict field validation too
+    lws = wait_for("the LeaderWorkerSet", lambda: kubectl.maybe("lws", NAME, "-n", namespace), timeout=60)
+    assert kubectl.maybe("statefulset", GROUP, "-n", namespace) is None
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert lws["spec"]["replicas"] == 1 and template["size"] == 2
+    for key in ("leaderTemplate", "workerTemplate"):
+        pod = _pod_from_template(template[key], f"{NAME}-{key.lower()}", namespace)
+        manifest = tmp_path / f"{key}.json"
+        manifest.write_text(json.dumps(pod))
+        result = kubectl("apply", "--dry-run=server", "--validate=strict", "-f", str(manifest), check=False)
+        assert result.returncode == 0, result.stderr
+    clean = {k: v for k, v in lws.items() if k in ("apiVersion", "kind", "spec")}
+    clean["metadata"] = {"name": f"{NAME}-copy", "namespace": namespace}
+    copy = tmp_path / "lws.json"
+    copy.write_text(json.dumps(clean))
+    result = kubectl("apply", "--server-side", "--dry-run=server", "--validate=strict", "-f", str(copy), check=False)
+    assert result.returncode == 0, result.stderr
+    assert kubectl.json("service", NAME, "-n", namespace)["spec"]["selector"][
+        "leaderworkerset.sigs.k8s.io/worker-index"] == "0"
