@@ -11,7 +11,8 @@ Import the fixtures into a test module (pytest finds them there)::
 
 Helpers: :func:`prom_query` (instant query, raises on error), :func:`wait_for_series`, :func:`wait_scraped`
 (the simulator's latest values are in Prometheus), :func:`forget_namespace` (drop a namespace's simulated pods),
-:func:`stop_prometheus` / :func:`start_prometheus` and the context manager :func:`prometheus_stopped`.
+:func:`stop_prometheus` / :func:`start_prometheus`, the context managers :func:`prometheus_stopped` and
+:func:`repeating` (a feed of the simulator, every second in a thread, until the block ends).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -115,6 +117,26 @@ def stop_prometheus(env: dict[str, str]) -> None:
 def start_prometheus(env: dict[str, str]) -> None:
     """``hack/cluster.py start prometheus``; returns once ``/-/ready`` answers."""
     _cluster(env, "start", "prometheus")
+
+
+@contextmanager
+def repeating(step: Callable[[], None], interval: float = 1.0) -> Iterator[None]:
+    """Run ``step`` every ``interval`` seconds in a thread while the block runs (feeding the simulator, as a
+    vLLM's counters move on their own); stopped and joined on the way out."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            step()
+            stop.wait(interval)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
 
 
 @contextmanager

@@ -18,7 +18,6 @@ import json
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -34,7 +33,7 @@ import yaml
 from hack.vllm_sim import VllmSimulator, add_scrape_target, remove_scrape_target
 
 from tests.e2e.conftest import ROOT, Kubectl, Operator, _free_port, wait_for
-from tests.e2e.metrics import prom_query, wait_for_series
+from tests.e2e.metrics import prom_query, repeating, wait_for_series
 from tests.e2e.test_operator import running_pods, wait_condition
 from tests.e2e.test_remediation import KV_MESSAGE, crash, deploy
 
@@ -211,22 +210,13 @@ def test_rules_load_with_health_ok(prometheus_url: str, rules: Path) -> None:
 @contextmanager
 def preempting(sim: VllmSimulator, namespace: str, pod: str) -> Iterator[None]:
     """The pod's preemption counter keeps climbing, as a saturated vLLM's does."""
-    stop = threading.Event()
-
     def climb() -> None:
-        while not stop.is_set():
-            current = sim.get_pod(namespace, pod)
-            if current is not None:
-                sim.set_pod(namespace, pod, num_preemptions_total=current.num_preemptions_total + 1)
-            stop.wait(1)
+        current = sim.get_pod(namespace, pod)
+        if current is not None:
+            sim.set_pod(namespace, pod, num_preemptions_total=current.num_preemptions_total + 1)
 
-    thread = threading.Thread(target=climb, daemon=True)
-    thread.start()
-    try:
+    with repeating(climb):
         yield
-    finally:
-        stop.set()
-        thread.join(10)
 
 
 def test_kv_saturation_fires(prometheus_url: str, rules: Path, vllm_sim: VllmSimulator, namespace: str) -> None:

@@ -9,7 +9,6 @@ settings (pollingInterval, the HPA's scale-down stabilization window), never by 
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ import yaml
 from hack.vllm_sim import VllmSimulator
 
 from tests.e2e.conftest import Kubectl, Operator, wait_for
-from tests.e2e.metrics import forget_namespace, wait_for_series
+from tests.e2e.metrics import forget_namespace, repeating, wait_for_series
 from tests.e2e.test_operator import running_pods, wait_condition
 
 pytestmark = pytest.mark.e2e
@@ -52,27 +51,18 @@ def autoscaled(max_replicas: int = 3) -> dict[str, Any]:
 def load(sim: VllmSimulator, kubectl: Kubectl, ns: str, usage: dict[str, float]) -> Iterator[None]:
     """Every Running pod of the deployment reports ``usage["value"]`` (changeable while running), labelled as the
     chart's PodMonitor labels it, so KEDA's query finds it."""
-    stop = threading.Event()
-
     def feed() -> None:
-        while not stop.is_set():
-            running = {p["metadata"]["name"] for p in running_pods(kubectl, ns, NAME)}
-            for known in sim.pods():
-                if known.namespace == ns and known.pod not in running:
-                    sim.delete_pod(ns, known.pod)
-            for pod in running:
-                sim.set_pod(ns, pod, labels={"llmdeployment": NAME}, model_name="Qwen/Qwen3-8B",
-                            vllm_version="0.33.0", kv_cache_usage_perc=usage["value"], num_requests_running=4,
-                            num_requests_waiting=0)
-            stop.wait(1)
+        running = {p["metadata"]["name"] for p in running_pods(kubectl, ns, NAME)}
+        for known in sim.pods():
+            if known.namespace == ns and known.pod not in running:
+                sim.delete_pod(ns, known.pod)
+        for pod in running:
+            sim.set_pod(ns, pod, labels={"llmdeployment": NAME}, model_name="Qwen/Qwen3-8B",
+                        vllm_version="0.33.0", kv_cache_usage_perc=usage["value"], num_requests_running=4,
+                        num_requests_waiting=0)
 
-    thread = threading.Thread(target=feed, daemon=True)
-    thread.start()
-    try:
+    with repeating(feed):
         yield
-    finally:
-        stop.set()
-        thread.join(10)
 
 
 def printed_columns(table: str) -> dict[str, str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +12,7 @@ import yaml
 from hack.vllm_sim import VllmSimulator
 
 from tests.e2e.conftest import Kubectl, Operator, wait_for
-from tests.e2e.metrics import forget_namespace, prometheus_stopped
+from tests.e2e.metrics import forget_namespace, prometheus_stopped, repeating
 from tests.e2e.test_operator import args_of, running_pods, wait_condition
 from tests.e2e.test_remediation import crash, remediation
 
@@ -47,29 +46,20 @@ def deploy(kubectl: Kubectl, ns: str) -> str:
 @contextmanager
 def load(sim: VllmSimulator, ns: str, kubectl: Kubectl, *, usage: float, preempting: bool) -> Iterator[None]:
     """Keep every Running pod of `chat` reporting this KV usage (and a growing preemption counter)."""
-    stop = threading.Event()
-
     def feed() -> None:
-        while not stop.is_set():
-            running = {p["metadata"]["name"] for p in running_pods(kubectl, ns, "chat")}
-            for known in sim.pods():  # pods that are gone stop being scraped, as with a real ServiceMonitor
-                if known.namespace == ns and known.pod not in running:
-                    sim.delete_pod(ns, known.pod)
-            for name in running:
-                current = sim.get_pod(ns, name)
-                preemptions = (current.num_preemptions_total if current else 0) + (3 if preempting else 0)
-                sim.set_pod(ns, name, model_name="Qwen/Qwen3-8B", vllm_version="0.33.0", kv_cache_usage_perc=usage,
-                            num_requests_running=24, num_requests_waiting=8 if preempting else 0,
-                            num_preemptions_total=preemptions)
-            stop.wait(1)
+        running = {p["metadata"]["name"] for p in running_pods(kubectl, ns, "chat")}
+        for known in sim.pods():  # pods that are gone stop being scraped, as with a real ServiceMonitor
+            if known.namespace == ns and known.pod not in running:
+                sim.delete_pod(ns, known.pod)
+        for name in running:
+            current = sim.get_pod(ns, name)
+            preemptions = (current.num_preemptions_total if current else 0) + (3 if preempting else 0)
+            sim.set_pod(ns, name, model_name="Qwen/Qwen3-8B", vllm_version="0.33.0", kv_cache_usage_perc=usage,
+                        num_requests_running=24, num_requests_waiting=8 if preempting else 0,
+                        num_preemptions_total=preemptions)
 
-    thread = threading.Thread(target=feed, daemon=True)
-    thread.start()
-    try:
+    with repeating(feed):
         yield
-    finally:
-        stop.set()
-        thread.join(10)
 
 
 def kv_dtype(kubectl: Kubectl, ns: str) -> str:
