@@ -79,15 +79,16 @@ NAMESPACED_RULES: list[Rule] = [
     # ownerReferences with blockOwnerDeletion (OwnerReferencesPermissionEnforcement admission)
     (("llm-autopilot.io",), ("llmdeployments/finalizers",), ("update",)),
     (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch")),  # SSA creates need create
-    (("",), ("services",), ("get", "create", "patch")),
-    (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
-    (("",), ("pods",), ("list",)),  # crash evidence
+    # watched (the operator's indexes); get: before writing one the watch does not show up to date
+    (("",), ("services",), ("get", "list", "watch", "create", "patch")),
+    (("policy",), ("poddisruptionbudgets",), ("get", "list", "watch", "create", "patch")),
+    (("",), ("pods",), ("list", "watch")),  # crash evidence, from the pod watch
     (("",), ("pods/log",), ("get",)),  # the previous container's log: vLLM's root cause of a crash
     SECRETS_RULE,
     (("",), ("events",), ("create",)),
 ]
 CLUSTER_RULES: list[Rule] = [
-    (("",), ("nodes",), ("list",)),  # GPU labels and allocatable GPUs
+    (("",), ("nodes",), ("list", "watch")),  # GPU labels and allocatable GPUs, from the node watch
     (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("list", "watch")),  # Kopf's resource observer
 ]
 NAMESPACES_RULE: Rule = (("",), ("namespaces",), ("list", "watch"))  # Kopf, when namespaces are listed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import codecs
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,7 +123,13 @@ class Kube:
         Every write is first tried as a server-side dry run, so one rejected object stops the whole set before
         anything is written (no Deployment on GPUs whose Service the API server refuses).
         """
-        stale = [obj for obj in objects if self._stale(obj)]
+        return len(self.apply_changed(objects))
+
+    def apply_changed(self, objects: list[dict[str, Any]],
+                      known_fresh: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        """apply_all, returning the objects written; ``known_fresh(obj)`` (a watch shows the live object with
+        its input hash) spares reading the object first."""
+        stale = [obj for obj in objects if not (known_fresh and known_fresh(obj)) and self._stale(obj)]
         for obj in stale:
             try:
                 self._server_side_apply(obj, dry_run=True)
@@ -134,7 +141,7 @@ class Kube:
             except ApiException as exc:  # accepted dry, refused for real (a race): say so, the next pass retries
                 raise ApplyRejected(f"{obj['kind']} {obj['metadata']['name']}: {api_message(exc)}") from exc
             self.writes += 1
-        return len(stale)
+        return stale
 
     def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector)
