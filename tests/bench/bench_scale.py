@@ -29,6 +29,7 @@ import os
 import re
 import signal
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,8 +99,8 @@ def memory_mib(pid: int, key: str) -> float:
 class OperatorProcess:
     """`llm-autopilot operator` without --verbose (debug logging would be most of its CPU), its own log."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.env, self.log = env, log
+    def __init__(self, env: dict[str, str], log: Path, verbose: bool = False) -> None:
+        self.env, self.log, self.verbose = env, log, verbose
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -109,7 +110,8 @@ class OperatorProcess:
 
     def start(self) -> None:
         with self.log.open("ab") as out:
-            self.process = subprocess.Popen([sys.executable, "-m", "llm_autopilot.cli.main", "operator"],
+            self.process = subprocess.Popen([sys.executable, "-m", "llm_autopilot.cli.main", "operator",
+                                             *(["--verbose"] if self.verbose else [])],
                                             env=self.env, stdout=out, stderr=subprocess.STDOUT)
 
     def alive(self) -> bool:
@@ -386,7 +388,7 @@ class Figures:
 
     def add(self, what: str, value: str, goal: str = "") -> None:
         self.rows.append((what, value, goal))
-        say(f"{what}: {value}")
+        say(f"{what}: {value} (load average {os.getloadavg()[0]:.1f})")
 
     def table(self) -> str:
         lines = ["| figure | measured | goal |", "|---|---|---|"]
@@ -425,13 +427,21 @@ def main() -> None:
     operator_env.pop("LLM_AUTOPILOT_RESYNC_SECONDS", None)
     if resync:
         operator_env["LLM_AUTOPILOT_RESYNC_SECONDS"] = resync
-    op = OperatorProcess(operator_env, work / "operator.log")
+    op = OperatorProcess(operator_env, work / "operator.log", verbose=bool(os.environ.get("VERBOSE")))
     apiserver_pid = int(cluster.pid_file("kube-apiserver").read_text())
     names = [f"{NAMESPACE_PREFIX}{i:02d}" for i in range(namespaces)]
     specs = templates()
     objects = [manifest(i, namespaces, replica_every, specs) for i in range(n)]
     figures = Figures()
     watch = PlannedWatch(cluster)
+    loads: list[float] = []
+    sampler = threading.Event()
+
+    def sample_load() -> None:  # the machine is shared: the figures come with how busy it was
+        while not sampler.wait(10):
+            loads.append(os.getloadavg()[0])
+
+    threading.Thread(target=sample_load, daemon=True).start()
     say(f"N={n} in {namespaces} namespaces, resync {resync or 'default'} s; work dir {work}")
     baseline = {kind: count(api, path) for kind, path in CHILD_PATHS.items()}
     try:
@@ -575,7 +585,8 @@ def main() -> None:
             writes = {r: v - writes0[r] for r, v in apiserver_writes(api).items()}
             opwrites = total(operator_metrics(metrics_port), "llm_autopilot_kubernetes_writes_total")
             figures.add(f"restart with {n} objects: every object checked", f"{all_checked:.0f} s, "
-                        f"{sum(writes.values()):.0f} writes (operator's counter {opwrites:.0f})", "60 s, 0 writes")
+                        f"{sum(writes.values()):.0f} writes (" + ", ".join(f"{r} {v:.0f}" for r, v in writes.items())
+                        + f"; operator's counter {opwrites:.0f})", "60 s, 0 writes")
         else:
             figures.add("restart", "not measured: this operator has no llm_autopilot_llmdeployments_checked")
 
@@ -583,7 +594,8 @@ def main() -> None:
         wait_until("the operator up", lambda: op.alive() and listening(metrics_port), 120)
         started = time.monotonic()
         for ns in names:
-            api.request("DELETE", f"{GROUP_PATH}/namespaces/{ns}/llmdeployments", timeout=120)
+            api.request("DELETE", f"{GROUP_PATH}/namespaces/{ns}/llmdeployments", timeout=300)
+        deleted = time.monotonic() - started
         wait_until("every LLMDeployment gone", lambda: count(api, f"{GROUP_PATH}/llmdeployments") == 0, 600)
         objects_gone = time.monotonic() - started
         wait_until("every child gone", lambda: all(count(api, path) <= baseline[kind]
@@ -591,17 +603,20 @@ def main() -> None:
         children_gone = time.monotonic() - started
         time.sleep(10)
         figures.add(f"delete {n}: LLMDeployments / Deployments, Services, PDBs gone",
-                    f"{objects_gone:.0f} s / {children_gone:.0f} s", "60 s")
+                    f"{objects_gone:.0f} s / {children_gone:.0f} s (the delete calls took {deleted:.0f} s)", "60 s")
         figures.add("operator RSS after the deletes", f"{memory_mib(op.pid, 'VmRSS'):.0f} MiB")
     finally:
         watch.stop.set()
+        sampler.set()
         op.stop()
         api.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{WEBHOOK_NAME}")
         for ns in names:
             with contextlib.suppress(OSError):
                 api.request("DELETE", f"/api/v1/namespaces/{ns}")
     print(f"\nbench-scale: N={n} LLMDeployments in {namespaces} namespaces, one operator replica, resync "
-          f"{resync or 'default (60)'} s, webhook on; {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores")
+          f"{resync or 'default (60)'} s, webhook on; {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load "
+          f"average over the run {statistics.mean(loads) if loads else float('nan'):.1f} "
+          f"(max {max(loads, default=0):.1f})")
     print(figures.table())
     say(f"operator log: {op.log}")
 

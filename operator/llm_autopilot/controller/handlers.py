@@ -325,6 +325,7 @@ def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
             # with the resourceVersion read, so a reconcile's newer conditions are never overwritten
             k.patch_llmd_status(namespace, parent["metadata"]["name"], {"conditions": conditions},
                                 resource_version=parent["metadata"].get("resourceVersion"))
+            telemetry.WRITES.inc()
         except ApiException as exc:
             if exc.status != 409:
                 raise

@@ -126,22 +126,22 @@ class Kube:
         return len(self.apply_changed(objects))
 
     def apply_changed(self, objects: list[dict[str, Any]],
-                      known_fresh: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
-        """apply_all, returning the objects written; ``known_fresh(obj)`` (a watch shows the live object with
-        its input hash) spares reading the object first."""
-        stale = [obj for obj in objects if not (known_fresh and known_fresh(obj)) and self._stale(obj)]
-        for obj in stale:
+                      stale: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        """apply_all, returning the objects written; ``stale(obj)`` says which to write (default: a GET of each
+        finds the live copy without the input hash)."""
+        changed = [obj for obj in objects if (stale or self._stale)(obj)]
+        for obj in changed:
             try:
                 self._server_side_apply(obj, dry_run=True)
             except ApiException as exc:
                 raise ApplyRejected(f"{obj['kind']} {obj['metadata']['name']}: {api_message(exc)}") from exc
-        for obj in stale:
+        for obj in changed:
             try:
                 self._server_side_apply(obj, dry_run=False)
             except ApiException as exc:  # accepted dry, refused for real (a race): say so, the next pass retries
                 raise ApplyRejected(f"{obj['kind']} {obj['metadata']['name']}: {api_message(exc)}") from exc
             self.writes += 1
-        return stale
+        return changed
 
     def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector)

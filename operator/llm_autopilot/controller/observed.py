@@ -183,15 +183,18 @@ class WatchedCluster:
             return copy.deepcopy(found.body) if found is not None else None
         return self.kube.get(api_version, kind, name, namespace)
 
-    def _shown_fresh(self, obj: dict[str, Any]) -> bool:
+    def _stale(self, obj: dict[str, Any]) -> bool:
+        """Whether the watch shows the object without this input hash (or not at all)."""
         meta = obj["metadata"]
         live = self.watched.children(meta["namespace"], meta["name"]).get(obj["kind"])
         wanted = (meta.get("annotations") or {}).get(INPUT_HASH)
-        return bool(wanted) and live is not None and live.body["metadata"]["annotations"].get(INPUT_HASH) == wanted
+        return not (wanted and live is not None and live.body["metadata"]["annotations"].get(INPUT_HASH) == wanted)
 
     def apply_all(self, objects: list[dict[str, Any]]) -> int:
-        """As Kube.apply_all; an object the watch shows with its input hash is not read again."""
-        written = self.kube.apply_changed(objects, known_fresh=self._shown_fresh)
+        """As Kube.apply_all, judging staleness by the watch instead of a GET per object. Should the watch lag
+        behind a write, the object is applied again as it is, which the API server takes as a no-op (no new
+        resourceVersion)."""
+        written = self.kube.apply_changed(objects, stale=self._stale)
         self._written |= {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in written}
         return len(written)
 
