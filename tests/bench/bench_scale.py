@@ -160,9 +160,12 @@ def total(text: str, name: str, **wanted: str | tuple[str, ...]) -> float:
 
 
 def apiserver_writes(api: Api) -> dict[str, float]:
-    """Writes (not dry runs) the API server counted, per resource the operator writes."""
+    """Writes (not dry runs) the API server counted, per resource the operator writes. The children's status
+    is left out: the controller-manager writes it (e.g. a Deployment's ProgressDeadlineExceeded, 600 s after
+    its creation, for the replicas no GPU is left for), never the operator."""
     text = api_metrics(api)
-    return {r: total(text, "apiserver_request_total", verb=WRITE_VERBS, resource=r, dry_run="")
+    return {r: total(text, "apiserver_request_total", verb=WRITE_VERBS, resource=r, dry_run="",
+                     **({} if r == "llmdeployments" else {"subresource": ""}))
             for r in OPERATOR_RESOURCES}
 
 
