@@ -66,6 +66,9 @@ bench-planner: install ## Planner latency only (no cluster)
 bench-reaction: install ## Reaction time from a Prometheus signal to the patched Deployment (local cluster)
 	$(BIN)/python -m tests.bench.bench_reaction
 
+bench-scale: install ## N LLMDeployments (N=1000) on one operator: time to Planned, CPU, RSS, writes at rest, restart, webhook, deletion (local cluster)
+	$(BIN)/python -m tests.bench.bench_scale $(N)
+
 golden: install ## Print how close the memory model comes to every golden vLLM log
 	$(BIN)/python -m tests.bench.golden_report
 
@@ -85,5 +88,5 @@ vllm-flags: install ## Regenerate vllm/data/flags.json from each release's wheel
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction golden \
+.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction bench-scale golden \
 	golden-vllm traces-vllm test-vllm vllm-flags clean

@@ -19,7 +19,7 @@ from .api import Api, http_ok
 from .binaries import BINARIES
 from .kubelet import cleanup_host
 from .paths import HACK_DIR, ClusterError, log
-from .state import NODE_IP, POD_CIDR, SERVICE_CIDR, Cluster
+from .state import NODE_IP, POD_CIDR, Cluster
 
 STAGES_FILE = HACK_DIR / "kwok" / "stages.yaml"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -32,7 +32,7 @@ PROMTOOL_BINARY = Path("/usr/bin/promtool")
 PROMETHEUS_SCRAPE_SECONDS = 2
 PROMETHEUS_RETENTION = "6h"
 VLLM_TARGETS_REFRESH = "5s"
-
+CONTROLLER_MANAGER_QPS = 200
 
 
 def etcd_args(c: Cluster) -> list[str]:
@@ -68,7 +68,7 @@ def apiserver_args(c: Cluster) -> list[str]:
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
         f"--service-account-key-file={pki / 'sa.pub'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--service-cluster-ip-range={c.service_cidr}",
         "--allow-privileged=true",
         # The lease reconciler would publish 127.0.0.1 as the endpoint of the
         # `kubernetes` Service, which endpoint validation rejects (loopback).
@@ -103,7 +103,12 @@ def controller_manager_args(c: Cluster) -> list[str]:
         f"--root-ca-file={c.pki / 'ca.crt'}",
         f"--cluster-signing-cert-file={c.pki / 'ca.crt'}",
         f"--cluster-signing-key-file={c.pki / 'ca.key'}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
+        f"--service-cluster-ip-range={c.service_cidr}",
+        # The garbage collector deletes an LLMDeployment's Deployment, ReplicaSet, Service and PodDisruptionBudget
+        # with the controller-manager's client, whose default 20 requests/s (burst 30) made deleting 1,000
+        # LLMDeployments take minutes (tests/bench/bench_scale.py); a real control plane is sized by its operator.
+        f"--kube-api-qps={CONTROLLER_MANAGER_QPS}",
+        f"--kube-api-burst={2 * CONTROLLER_MANAGER_QPS}",
         "--profiling=false",
     ]
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
 from pathlib import Path
 
 from .binaries import BINARIES
-from .paths import state_dir
+from .paths import ClusterError, log, state_dir
 
 DEFAULT_PORT_BASE = 26400
 # Offsets inside the port block; kept stable so logs and docs stay readable.
@@ -32,8 +33,14 @@ PORT_OFFSETS: dict[str, int] = {
     "keda-adapter-metrics": 64,
 }
 
-SERVICE_CIDR = "10.0.0.0/24"
-SERVICE_IP = "10.0.0.1"  # first address of SERVICE_CIDR: the kubernetes svc
+# Every Service takes a ClusterIP from here (each LLMDeployment has one). The API server's allocator keeps an
+# IPAddress object per allocated address (MultiCIDRServiceAllocator, locked on since 1.34), so unused addresses
+# cost nothing: a fresh cluster gets a /16 (65,534 Services). LLM_AUTOPILOT_SERVICE_CIDR (10.0.0.0/12../28) sets
+# it for a fresh state dir; an existing one keeps what its etcd data was made with (the API server never
+# changes its default ServiceCIDR after the first start), and one from before the setting had a /24.
+DEFAULT_SERVICE_CIDR = "10.0.0.0/16"
+LEGACY_SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"  # the first address of every allowed range: the kubernetes Service (in the API cert)
 # Fake pod IPs handed out by kwok. Nothing is listening there and nothing in
 # this cluster connects to them: never `kubectl proxy`/port-forward to a pod.
 POD_CIDR = "10.244.0.0/16"
@@ -47,6 +54,7 @@ class Cluster:
     root: Path
     ports: dict[str, int]
     disabled: list[str] = dataclasses.field(default_factory=list)  # e.g. ["prometheus"] (`up --no-prometheus`)
+    service_cidr: str = DEFAULT_SERVICE_CIDR
 
     @classmethod
     def load(cls, *, fresh: bool = False) -> Cluster:
@@ -55,16 +63,17 @@ class Cluster:
         meta = root / "cluster.json"
         base = int(os.environ.get("LLM_AUTOPILOT_PORT_BASE", DEFAULT_PORT_BASE))
         defaults = {k: base + off for k, off in PORT_OFFSETS.items()}
-        if meta.exists() and not fresh:
-            data = json.loads(meta.read_text())
+        data = json.loads(meta.read_text()) if meta.exists() else None
+        cidr = _service_cidr(data, root)
+        if data is not None and not fresh:
             # a state dir from before a port key existed gets it from the same base
             saved_base = int(data["ports"].get("apiserver", base + PORT_OFFSETS["apiserver"])) - PORT_OFFSETS[
                 "apiserver"
             ]
             ports = {k: saved_base + off for k, off in PORT_OFFSETS.items()}
             ports.update({k: int(v) for k, v in data["ports"].items()})
-            return cls(root=root, ports=ports, disabled=list(data.get("disabled", [])))
-        return cls(root=root, ports=defaults)
+            return cls(root=root, ports=ports, disabled=list(data.get("disabled", [])), service_cidr=cidr)
+        return cls(root=root, ports=defaults, service_cidr=cidr)
 
     def save(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -72,6 +81,7 @@ class Cluster:
             "ports": self.ports,
             "versions": {n: b.version for n, b in BINARIES.items()},
             "disabled": self.disabled,
+            "serviceCIDR": self.service_cidr,
         }
         (self.root / "cluster.json").write_text(json.dumps(data, indent=2) + "\n")
 
@@ -130,3 +140,28 @@ class Cluster:
     @property
     def prometheus_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['prometheus']}"
+
+
+def parse_service_cidr(value: str) -> str:
+    """A Service range the cluster can use: IPv4 10.0.0.0/N with 12 <= N <= 28, so that its first address is
+    SERVICE_IP, which the API server's certificate names."""
+    try:
+        network = ipaddress.ip_network(value.strip(), strict=True)
+    except ValueError as exc:
+        raise ClusterError(f"LLM_AUTOPILOT_SERVICE_CIDR={value!r} is not a CIDR: {exc}") from exc
+    if network.version != 4 or str(network.network_address) != "10.0.0.0" or not 12 <= network.prefixlen <= 28:
+        raise ClusterError(f"LLM_AUTOPILOT_SERVICE_CIDR={value!r}: use 10.0.0.0/N with N from 12 to 28 (the "
+                           f"kubernetes Service must keep {SERVICE_IP}, which the API server's certificate names)")
+    return str(network)
+
+
+def _service_cidr(saved: dict[str, object] | None, root: Path) -> str:
+    """The saved range while etcd holds data made with it, else the environment's (or the default)."""
+    wanted = os.environ.get("LLM_AUTOPILOT_SERVICE_CIDR")
+    if saved is not None and (root / "data" / "etcd").exists():
+        kept = str(saved.get("serviceCIDR", LEGACY_SERVICE_CIDR))
+        if wanted and parse_service_cidr(wanted) != kept:
+            log(f"LLM_AUTOPILOT_SERVICE_CIDR={wanted} ignored: {root} keeps {kept}, which its etcd data was made "
+                "with (`cluster.py down` first for a fresh cluster)")
+        return kept
+    return parse_service_cidr(os.environ.get("LLM_AUTOPILOT_SERVICE_CIDR", DEFAULT_SERVICE_CIDR))

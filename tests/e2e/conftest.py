@@ -174,20 +174,18 @@ class Operator:
     def reconciles(self, namespace: str, name: str, since: int = 0) -> int:
         """Reconciles of namespace/name in the log after `since`.
 
-        Every reconcile of a planned LLMDeployment lists its pods (crash evidence), and with --verbose the
-        Kubernetes client logs each request, so the count is exact per object (Kopf's own log lines do not
-        name the object).
+        With --verbose the operator logs one line per reconcile that names the object ("reconciled NS/NAME
+        (resync, quiet)"), full or quiet, so the count is exact per object (Kopf's own log lines do not name it).
         """
-        pattern = re.compile(rf'"GET /api/v1/namespaces/{re.escape(namespace)}/pods\?labelSelector='
-                             rf'app\.kubernetes\.io(?:%2F|/)instance(?:%3D|=){re.escape(name)}[ &]')
+        pattern = re.compile(rf" reconciled {re.escape(namespace)}/{re.escape(name)} \(")
         return len(pattern.findall(self.output(since)))
 
     def wait_reconciles(self, namespace: str, name: str, count: int, since: int, timeout: float | None = None) -> None:
         """Wait until `count` reconciles of namespace/name have completed after `since`.
 
-        A reconcile's pod list comes before its writes, so `count` + 1 pod lists prove `count` complete ones
-        (the resync timer never overlaps itself). The bound scales with the resync interval, with room for a
-        loaded machine.
+        A reconcile's line comes before Kopf applies its status patch, so `count` + 1 lines prove `count`
+        complete ones (the resync timer never overlaps itself). The bound scales with the resync interval, with
+        room for a loaded machine.
         """
         bound = timeout if timeout is not None else 60 + 4 * RESYNC_SECONDS * count
         wait_for(f"{count} complete reconciles of {namespace}/{name} ({self.log})",

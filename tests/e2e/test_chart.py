@@ -79,18 +79,19 @@ NAMESPACED_RULES: list[Rule] = [
     # ownerReferences with blockOwnerDeletion (OwnerReferencesPermissionEnforcement admission)
     (("llm-autopilot.io",), ("llmdeployments/finalizers",), ("update",)),
     (("apps",), ("deployments",), ("get", "list", "watch", "create", "patch")),  # SSA creates need create
-    (("",), ("services",), ("get", "create", "patch")),
-    (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
+    # watched (the operator's indexes); get: before writing one the watch does not show up to date
+    (("",), ("services",), ("get", "list", "watch", "create", "patch")),
+    (("policy",), ("poddisruptionbudgets",), ("get", "list", "watch", "create", "patch")),
     (("apps",), ("statefulsets",), ("get", "create", "patch")),  # replicas across nodes, one group each
     (("leaderworkerset.x-k8s.io",), ("leaderworkersets",), ("get", "create", "patch")),  # when its CRD exists
     (("keda.sh",), ("scaledobjects",), ("get", "create", "patch")),  # spec.autoscaling
-    (("",), ("pods",), ("list",)),  # crash evidence
+    (("",), ("pods",), ("list", "watch")),  # crash evidence, from the pod watch
     (("",), ("pods/log",), ("get",)),  # the previous container's log: vLLM's root cause of a crash
     SECRETS_RULE,
     (("",), ("events",), ("create",)),
 ]
 CLUSTER_RULES: list[Rule] = [
-    (("",), ("nodes",), ("list",)),  # GPU labels and allocatable GPUs
+    (("",), ("nodes",), ("list", "watch")),  # GPU labels and allocatable GPUs, from the node watch
     # Kopf's resource observer; get: is the LeaderWorkerSet (or KEDA's ScaledObject) CRD installed
     (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("get", "list", "watch")),
 ]

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
+import pytest
+from kopf._core.actions import invocation
+from prometheus_client import REGISTRY
 
 from llm_autopilot.api import PLURAL
 from llm_autopilot.controller import handlers
@@ -30,7 +37,92 @@ def test_the_resync_timer_stops_once_its_object_is_deleted() -> None:
     assert timer.when is not None
     memo = kopf.Memo()
     assert timer.when(memo=memo)
-    handlers.deletion_stops_resync(type="MODIFIED", memo=memo)
+    asyncio.run(handlers.deletion_stops_resync(type="MODIFIED", memo=memo))
     assert timer.when(memo=memo)
-    handlers.deletion_stops_resync(type="DELETED", memo=memo)
+    asyncio.run(handlers.deletion_stops_resync(type="DELETED", memo=memo))
     assert not timer.when(memo=memo)  # Kopf stops a timer whose filter no longer matches
+
+
+SPEC = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4", "maxGPUs": 1},
+        "serving": {"maxModelLen": 8192}}
+USER = {"username": "alice", "groups": ["system:authenticated"]}
+
+
+class _NoGPUNodes:
+    """The webhook's view of the cluster's GPU pools, without a cluster: no nodes (planned on the catalog GPU)."""
+
+    def gpu_nodes(self) -> list[Any]:
+        return []
+
+
+@pytest.fixture(autouse=True)
+def _no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(handlers, "kube", _NoGPUNodes)
+
+
+def _review(operation: str, old_spec: dict[str, Any] | None, spec: dict[str, Any]) -> list[str]:
+    """Call the webhook's handler as Kopf does (kopf's invoke()), while Kopf's executor, where the reconciles run,
+    has its only thread busy."""
+    warnings: list[str] = []
+    settings = kopf.OperatorSettings()
+    busy = settings.execution.executor = ThreadPoolExecutor(max_workers=1)
+    release = threading.Event()
+    busy.submit(release.wait, 30)  # a reconcile holding the thread
+
+    async def call() -> None:
+        old = {"spec": old_spec} if old_spec is not None else None
+        kwargs = {"spec": spec, "name": "x", "warnings": warnings, "userinfo": USER, "namespace": "ns",
+                  "operation": operation, "old": old, "new": {"spec": spec}}
+        await asyncio.wait_for(invocation.invoke(handlers.validate, settings=settings, kwargs=kwargs), timeout=10)
+
+    try:
+        asyncio.run(call())
+    finally:
+        release.set()
+        busy.shutdown()
+    return warnings
+
+
+def _admissions(verdict: str) -> float:
+    return REGISTRY.get_sample_value("llm_autopilot_admission_reviews_total", {"verdict": verdict}) or 0.0
+
+
+def test_the_webhook_reviews_on_its_own_threads_not_behind_reconciles() -> None:
+    before = _admissions("allowed")
+    _review("CREATE", None, SPEC)
+    assert _admissions("allowed") == before + 1
+    with pytest.raises(kopf.AdmissionError, match="does not fit") as refused:
+        _review("CREATE", None, {**SPEC, "model": {"name": "meta-llama/Llama-3.1-405B"}})
+    assert refused.value.code == 422
+
+
+def test_an_update_that_leaves_the_spec_alone_is_admitted_without_a_review() -> None:
+    """Kopf's own annotation patches (and a label) reach a webhook registered by Kopf, which has no
+    matchConditions: they are admitted at once."""
+    reviews, unchanged = _admissions("allowed") + _admissions("rejected"), _admissions("unchanged")
+    infeasible = {**SPEC, "model": {"name": "meta-llama/Llama-3.1-405B"}}  # not reviewed, so not refused
+    _review("UPDATE", infeasible, infeasible)
+    assert _admissions("unchanged") == unchanged + 1
+    assert _admissions("allowed") + _admissions("rejected") == reviews
+    with pytest.raises(kopf.AdmissionError):
+        _review("UPDATE", SPEC, infeasible)  # a spec change is reviewed
+    assert handlers.unchanged_spec("UPDATE", {"spec": SPEC}, {"spec": dict(SPEC)})
+    assert not handlers.unchanged_spec("CREATE", None, {"spec": SPEC})
+    assert not handlers.unchanged_spec("UPDATE", {"spec": SPEC}, {"spec": {**SPEC, "replicas": 2}})
+
+
+def test_routine_successes_are_debug_lines() -> None:
+    routine = handlers.RoutineSuccess()
+    for message in ("Timer 'resync' succeeded.", "Indexer 'owned_pods' succeeded."):
+        record = logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, message, None, None)
+        routine.filter(record)
+        assert record.levelno == logging.DEBUG
+    kept = logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, "Handler 'reconcile-on-create' succeeded.",
+                             None, None)
+    assert routine.filter(kept) and kept.levelno == logging.INFO
+
+
+def test_the_first_resyncs_after_a_start_are_spread() -> None:
+    delays = [handlers._first_resync() for _ in range(200)]
+    spread = min(handlers.SETTINGS.resync_seconds, handlers.FIRST_RESYNC_SPREAD_SECONDS)
+    assert all(1.0 <= d <= 1.0 + spread for d in delays) and max(delays) - min(delays) > spread / 2

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import zipfile
 from pathlib import Path
 
 import pytest
-from hack.localcluster import crilog, podnet, podworker, vllm_cpu
+from hack.localcluster import components, crilog, podnet, podworker, state, vllm_cpu
+from hack.localcluster.paths import ClusterError
 
 
 def _write_log(path: Path, lines: list[str]) -> None:
@@ -89,3 +91,30 @@ def test_wheel_requirements_drop_what_pypi_cannot_serve(tmp_path: Path) -> None:
     assert torch == "2.13.0"
     assert requirements == ["regex", "transformers<5.20.0,>=5.16.1",
                             'setuptools<81.0.0,>=78.1.1; python_version > "3.11"']
+
+
+def test_the_service_range_is_a_setting_kept_with_the_etcd_data(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLM_AUTOPILOT_CLUSTER_DIR", str(tmp_path))
+    monkeypatch.delenv("LLM_AUTOPILOT_SERVICE_CIDR", raising=False)
+    fresh = state.Cluster.load()
+    assert fresh.service_cidr == state.DEFAULT_SERVICE_CIDR == "10.0.0.0/16"  # 65,534 Services
+    assert f"--service-cluster-ip-range={fresh.service_cidr}" in components.apiserver_args(fresh)
+    monkeypatch.setenv("LLM_AUTOPILOT_SERVICE_CIDR", "10.0.0.0/14")
+    made = state.Cluster.load()
+    made.save()
+    (tmp_path / "data" / "etcd").mkdir(parents=True)
+    monkeypatch.setenv("LLM_AUTOPILOT_SERVICE_CIDR", "10.0.0.0/20")
+    assert state.Cluster.load().service_cidr == "10.0.0.0/14"  # the etcd data was made with it
+    data = json.loads((tmp_path / "cluster.json").read_text())
+    del data["serviceCIDR"]
+    (tmp_path / "cluster.json").write_text(json.dumps(data))
+    assert state.Cluster.load().service_cidr == state.LEGACY_SERVICE_CIDR  # made before the setting existed
+
+
+@pytest.mark.parametrize("value", ["10.0.0.0/8", "10.0.0.0/29", "10.1.0.0/16", "192.168.0.0/16", "10.0.0.1/16",
+                                   "fd00::/64", "a lot"])
+def test_a_service_range_the_cluster_cannot_use_is_refused_in_one_line(value: str) -> None:
+    with pytest.raises(ClusterError, match="LLM_AUTOPILOT_SERVICE_CIDR") as raised:
+        state.parse_service_cidr(value)
+    assert "\n" not in str(raised.value)

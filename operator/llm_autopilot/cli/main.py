@@ -25,6 +25,7 @@ from llm_autopilot.catalog.gpus import GPUS, UnknownGPUError, find_gpu
 from llm_autopilot.catalog.hf_config import ModelConfigError, parse_hf_config
 from llm_autopilot.catalog.models import catalog_models
 from llm_autopilot.cli.format import dump, memory_table, plan_dict, plan_table
+from llm_autopilot.controller.settings import SettingsError
 from llm_autopilot.domain.architecture import InvalidArchitecture, ModelArchitecture
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
@@ -42,7 +43,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: what a user can cause with their input; anything else is our bug (exit 3)
 USER_ERRORS = (ModelResolutionError, ModelFetchError, ModelConfigError, InvalidArchitecture, UnknownGPUError,
-               VersionError)
+               VersionError, SettingsError)
 EXIT_INFEASIBLE, EXIT_USER_ERROR, EXIT_INTERNAL_ERROR = 1, 2, 3
 #: far above any GPU, far below where GiB -> bytes overflows a float
 MAX_GPU_MEMORY_GIB = 2.0**20

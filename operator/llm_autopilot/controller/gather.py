@@ -1,10 +1,11 @@
 """Shell: gather remediation's evidence -- pods, the previous container's log, Prometheus -- before anything
 is decided (remediation/decide.py decides, without I/O).
 
-Every read is narrow and bounded: the pods of one deployment, the last lines of one previous log (read once
-per crash), a few instant queries with a timeout. A log that cannot be read (403 without ``pods/log``, no
-previous container, the kubelet gone, a timeout; a simulated node) is not an error: the evidence falls back
-to the termination message and says so.
+Every read is narrow and bounded: the pods of one deployment (from the pod watch in the operator), the last
+lines of one previous log (read once per crash), the saturation rule's instant queries with a timeout (in the
+operator asked once per namespace and round, see metrics.SaturationRounds). A log that cannot be read (403
+without ``pods/log``, no previous container, the kubelet gone, a timeout; a simulated node) is not an error:
+the evidence falls back to the termination message and says so.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.kube import LogUnavailable
-from llm_autopilot.controller.metrics import MetricsSource, MetricsUnavailable, query_saturation
+from llm_autopilot.controller.metrics import MetricsSource, MetricsUnavailable, PerObjectSaturation, SaturationSource
+from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.remediation.decide import Evidence, Metrics
 from llm_autopilot.remediation.evidence import (
     LOG_LIMIT_BYTES,
@@ -27,7 +28,7 @@ from llm_autopilot.remediation.evidence import (
     latest_termination,
     rollout_complete,
 )
-from llm_autopilot.remediation.saturation import KV_SATURATION, SaturationRule, pod_selector
+from llm_autopilot.remediation.saturation import KV_SATURATION, SaturationRule
 from llm_autopilot.render.kubernetes import CONTAINER, PLAN_HASH
 
 #: crashes whose log was read, per process (a resync must not read a log twice)
@@ -61,13 +62,27 @@ class Target:
 
 
 class Gatherer:
+    """``metrics`` is asked per object (tools, tests); the operator gives ``saturation``, which batches."""
+
     def __init__(self, pods: PodSource, metrics: MetricsSource | None = None, *,
-                 rule: SaturationRule = KV_SATURATION, remembered: int = REMEMBERED_CRASHES) -> None:
+                 saturation: SaturationSource | None = None, rule: SaturationRule = KV_SATURATION,
+                 remembered: int = REMEMBERED_CRASHES) -> None:
         self.pods = pods
-        self.metrics = metrics
+        self.saturation = saturation or (PerObjectSaturation(metrics, rule) if metrics is not None else None)
         self.rule = rule
         self._crashes: OrderedDict[tuple[str, str], Crash] = OrderedDict()
         self._remembered = remembered
+
+    def kv_saturation(self, namespace: str, pods: list[str], *, window: int,
+                      threshold: float) -> tuple[Metrics, str, Classification | None]:
+        """What Prometheus says about these pods: (availability, where or why not, the signal if any)."""
+        if self.saturation is None:
+            return Metrics.NOT_CONFIGURED, "", None
+        try:
+            found = self.saturation.saturation(namespace, pods, window=window, threshold=threshold) if pods else None
+        except MetricsUnavailable as exc:
+            return Metrics.UNAVAILABLE, str(exc), None
+        return Metrics.AVAILABLE, self.saturation.where, found
 
     def gather(self, target: Target) -> Evidence:
         pods = self.pods.pods(target.namespace, f"app.kubernetes.io/instance={target.name}")
@@ -75,16 +90,10 @@ class Gatherer:
                    if ((p.get("metadata") or {}).get("annotations") or {}).get(PLAN_HASH) == target.plan_hash]
         rollout = rollout_complete(target.deployment, plan_hash=target.plan_hash, plan_hash_annotation=PLAN_HASH,
                                    replicas=target.replicas)
-        metrics, detail, saturation = Metrics.NOT_CONFIGURED, "", None
-        if self.metrics is not None:
-            try:
-                saturation = query_saturation(
-                    self.metrics, self.rule, pod_selector(target.namespace, current), window=target.kv_window,
-                    threshold=target.kv_threshold) if current else None
-            except MetricsUnavailable as exc:
-                telemetry.PROMETHEUS_ERRORS.inc()
-                return Evidence(None, None, Metrics.UNAVAILABLE, str(exc), rollout, target.plan_hash)
-            metrics, detail = Metrics.AVAILABLE, self.metrics.where
+        metrics, detail, saturation = self.kv_saturation(target.namespace, current, window=target.kv_window,
+                                                         threshold=target.kv_threshold)
+        if metrics is Metrics.UNAVAILABLE:
+            return Evidence(None, None, Metrics.UNAVAILABLE, detail, rollout, target.plan_hash)
         termination = latest_termination(pods, container=CONTAINER, plan_hash=target.plan_hash,
                                          plan_hash_annotation=PLAN_HASH)
         crash = self._crash(target, termination) if termination is not None else None

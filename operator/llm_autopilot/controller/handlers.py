@@ -1,13 +1,20 @@
 """Kopf handlers: thin wiring from Kubernetes events to reconcile() and review().
 
-Importing this module registers the handlers; `llm-autopilot operator` runs them.
+Importing this module registers the handlers; `llm-autopilot operator` runs them. Nodes, the operator's
+children and their pods come from watches (the indexes below), never from a LIST per reconcile; a resync that
+finds nothing changed is quiet (controller/quiet.py); the admission webhook has threads of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import functools
 import logging
+import random
+import re
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,18 +25,42 @@ from kubernetes.client.exceptions import ApiException
 from llm_autopilot.api import GROUP, PLURAL, VERSION
 from llm_autopilot.api.conditions import READY, get_condition, set_condition
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.catalog.gpus import GFD_PRODUCT
+from llm_autopilot.controller import reconcile as reconciling
 from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.access import referenced_secrets, unreadable_secrets_message
 from llm_autopilot.controller.admission import review
 from llm_autopilot.controller.certs import self_signed
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import Kube, load_config
-from llm_autopilot.controller.reconcile import Outcome, gatherer_for, now, ready_condition, reconcile
+from llm_autopilot.controller.observed import (
+    INSTANCE_LABEL,
+    NODE_SELECTOR,
+    OWNED_SELECTOR,
+    Watched,
+    WatchedCluster,
+    child_summary,
+    current_pods,
+    llmd_summary,
+    node_summary,
+    owner_key,
+    pod_summary,
+)
+from llm_autopilot.controller.quiet import QuietMemory
+from llm_autopilot.controller.reconcile import Outcome, gatherer_for, now, ready_condition
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.render.kubernetes import OWNER_LABEL
 
 SETTINGS = OperatorSettings.from_env()
 _state: dict[str, Any] = {}
+logger = logging.getLogger(__name__)
+#: the last full reconcile's inputs per LLMDeployment, for the quiet resync
+QUIET = QuietMemory()
+telemetry.CHECKED.set_function(lambda: len(QUIET))
+#: the webhook's reviews run here, never queued behind reconciles in Kopf's executor
+ADMISSION_EXECUTOR = ThreadPoolExecutor(max_workers=SETTINGS.admission_workers, thread_name_prefix="admission")
+#: after a start, the first resync of each object falls at random within this long (then every interval)
+FIRST_RESYNC_SPREAD_SECONDS = 30.0
 
 
 def kube() -> Kube:
@@ -61,6 +92,13 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger | logging.
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
     settings.watching.server_timeout = 300
     settings.peering.lifetime = SETTINGS.peering_lifetime_seconds
+    # the watches behind the indexes: only GPU nodes and the operator's own objects, filtered by the API server
+    settings.watching.label_selectors["v1", "nodes"] = NODE_SELECTOR
+    for resource in (("apps", "v1", "deployments"), ("v1", "services"), ("policy", "v1", "poddisruptionbudgets"),
+                     ("v1", "pods")):
+        settings.watching.label_selectors[resource] = OWNED_SELECTOR
+    if SETTINGS.max_workers is not None:
+        settings.execution.max_workers = SETTINGS.max_workers
     if SETTINGS.webhook_enabled:
         host = SETTINGS.webhook_host or SETTINGS.webhook_addr
         if SETTINGS.webhook_certfile and SETTINGS.webhook_keyfile:
@@ -92,6 +130,63 @@ def api_reachable(**_: Any) -> bool:
     return True
 
 
+# ---- the watches: GPU nodes, the operator's children and pods, and its LLMDeployments ----------------------
+# Each index keeps a small summary per object (controller/observed.py); indexers are async, so an event costs
+# no thread. Kopf starts no other handler before every index holds its first full listing.
+
+@kopf.index("v1", "nodes", labels={GFD_PRODUCT: kopf.PRESENT}, id="gpu_nodes")
+async def gpu_nodes(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    summary = node_summary(body)
+    return {None: summary} if summary is not None else {}  # {}: a cordoned node leaves the index
+
+
+def _by_name(body: kopf.Body) -> dict[Any, Any]:
+    key = owner_key(body)
+    meta = body.get("metadata") or {}
+    return {(key[0], str(meta.get("name"))): child_summary(body)} if key is not None else {}
+
+
+@kopf.index("apps", "v1", "deployments", labels={OWNER_LABEL: kopf.PRESENT}, id="owned_deployments")
+async def owned_deployments(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return _by_name(body)
+
+
+@kopf.index("v1", "services", labels={OWNER_LABEL: kopf.PRESENT}, id="owned_services")
+async def owned_services(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return _by_name(body)
+
+
+@kopf.index("policy", "v1", "poddisruptionbudgets", labels={OWNER_LABEL: kopf.PRESENT},
+            id="owned_disruption_budgets")
+async def owned_disruption_budgets(body: kopf.Body, **_: Any) -> dict[Any, Any]:
+    return _by_name(body)
+
+
+@kopf.index("v1", "pods", labels={OWNER_LABEL: kopf.PRESENT}, id="owned_pods")
+async def owned_pods(body: kopf.Body, namespace: str | None, **_: Any) -> dict[Any, Any]:
+    instance = ((body.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL)
+    return {(namespace, instance): pod_summary(body)} if namespace and instance else {}
+
+
+@kopf.index(GROUP, VERSION, PLURAL, id="llmdeployment_status")
+async def llmdeployment_status(body: kopf.Body, namespace: str | None, name: str | None, **_: Any) -> dict[Any, Any]:
+    return {(namespace, name): llmd_summary(body)}
+
+
+def _watched(kwargs: dict[str, Any]) -> Watched | None:
+    """The indexes Kopf handed this call (None when called without them, as unit tests do)."""
+    names = ("gpu_nodes", "owned_deployments", "owned_services", "owned_disruption_budgets", "owned_pods")
+    if not all(n in kwargs for n in names):
+        return None
+    return Watched(*(kwargs[n] for n in names))
+
+
+def _cluster(watched: Watched | None) -> Any:
+    return WatchedCluster(kube(), watched) if watched is not None else kube()
+
+
+# ---- reconciles --------------------------------------------------------------------------------------------
+
 def _report(out: Outcome, body: kopf.Body, patch: kopf.Patch) -> None:
     for key, value in out.status.items():
         patch.status[key] = value
@@ -99,15 +194,11 @@ def _report(out: Outcome, body: kopf.Body, patch: kopf.Patch) -> None:
         kopf.event(body, type=type_, reason=reason, message=message[:1000])
 
 
-def _reconcile(body: kopf.Body, patch: kopf.Patch) -> None:
+def _finish(out: Outcome, body: kopf.Body, patch: kopf.Patch, what: str) -> None:
     meta = body.get("metadata", {})
-    try:
-        out = reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
-                        generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
-                        status=dict(body.get("status") or {}), kube=kube(), settings=SETTINGS, gatherer=gatherer())
-    except Exception:
-        telemetry.RECONCILES.labels("error").inc()
-        raise
+    # with --verbose: one line per reconcile, naming the object (the end-to-end tests count them)
+    logger.debug("reconciled %s/%s (%s%s)", meta.get("namespace"), meta.get("name"), what,
+                 "" if out.full else ", quiet")
     telemetry.RECONCILES.labels("retry" if out.retry else "ok").inc()
     telemetry.WRITES.inc(out.writes + (1 if out.status else 0))
     _report(out, body, patch)
@@ -115,10 +206,23 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch) -> None:
         raise kopf.TemporaryError("model could not be resolved yet; retrying", delay=30)
 
 
+def _reconcile(body: kopf.Body, patch: kopf.Patch, watched: Watched | None, what: str) -> None:
+    meta = body.get("metadata", {})
+    try:
+        out = reconciling.reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
+                                    generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
+                                    status=dict(body.get("status") or {}), kube=_cluster(watched),
+                                    settings=SETTINGS, gatherer=gatherer())
+    except Exception:
+        telemetry.RECONCILES.labels("error").inc()
+        raise
+    _finish(out, body, patch, what)
+
+
 @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile-on-create")
 @kopf.on.update(GROUP, VERSION, PLURAL, id="reconcile-on-update", field="spec")
-def reconcile_on_change(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    _reconcile(body, patch)
+def reconcile_on_change(body: kopf.Body, patch: kopf.Patch, reason: str | None = None, **kwargs: Any) -> None:
+    _reconcile(body, patch, _watched(kwargs), str(reason or "change"))
 
 
 # Deletion never waits for the operator. Kopf gives every timer a finalizer, so that it can stop the timer
@@ -132,19 +236,46 @@ RESYNC = "resync"
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, id="deletion-stops-resync")
-def deletion_stops_resync(type: str | None, memo: kopf.Memo, **_: Any) -> None:
+async def deletion_stops_resync(type: str | None, memo: kopf.Memo, uid: str | None = None, **_: Any) -> None:
     if type == "DELETED":
         memo["deleted"] = True
+        if uid:
+            QUIET.forget(uid)
 
 
 def _not_deleted(memo: kopf.Memo, **_: Any) -> bool:
     return not memo.get("deleted")
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, id=RESYNC, interval=SETTINGS.resync_seconds, initial_delay=1, when=_not_deleted)
-def resync(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    """Also runs first thing after an operator (re)start: resume without writing when nothing changed."""
-    _reconcile(body, patch)
+def _first_resync(**_: Any) -> float:
+    """Jitter: the objects' resyncs are spread over time instead of all falling due together after a start."""
+    return 1.0 + random.uniform(0.0, min(SETTINGS.resync_seconds, FIRST_RESYNC_SPREAD_SECONDS))
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, id=RESYNC, interval=SETTINGS.resync_seconds, initial_delay=_first_resync,
+            when=_not_deleted)
+def resync(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+    """Also runs first thing after an operator (re)start: resume without writing when nothing changed. Quiet
+    (nothing planned, rendered or read) when nothing the last full reconcile read has changed."""
+    watched = _watched(kwargs)
+    meta = body.get("metadata", {})
+    namespace, name = str(meta["namespace"]), str(meta["name"])
+    if watched is None:  # no indexes (a direct call): a full reconcile
+        _reconcile(body, patch, None, "resync")
+        return
+    pods = watched.pods_of(namespace, name)
+    try:
+        out = reconciling.resync(
+            name=name, namespace=namespace, uid=meta["uid"], generation=meta.get("generation"),
+            resource_version=meta.get("resourceVersion"), spec_body=dict(body.get("spec") or {}),
+            status=dict(body.get("status") or {}), observed=watched.digest_of(namespace, name),
+            current_pods=functools.partial(current_pods, pods), kube=WatchedCluster(kube(), watched),
+            settings=SETTINGS, gatherer=gatherer(), memory=QUIET)
+    except Exception:
+        telemetry.RECONCILES.labels("error").inc()
+        raise
+    telemetry.RESYNCS.labels("full" if out.full else "quiet").inc()
+    _finish(out, body, patch, "resync")
 
 
 def _count(value: Any) -> int | None:
@@ -162,14 +293,21 @@ _without_finalizer(RESYNC, kopf.get_default_registry())
 
 
 @kopf.on.event("apps", "v1", "deployments", labels={OWNER_LABEL: kopf.PRESENT}, id="deployment-readiness")
-def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None, **_: Any) -> None:
-    """Mirror the vLLM Deployment's availability into the LLMDeployment's Ready condition."""
+def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
+                       llmdeployment_status: Any = None, **_: Any) -> None:
+    """Mirror the vLLM Deployment's availability into the LLMDeployment's Ready condition.
+
+    The LLMDeployment is read from its index (no GET per Deployment event); after a conflict, from the API."""
     if type == "DELETED" or namespace is None:
         return
     owner = (body.get("metadata", {}).get("labels") or {}).get(OWNER_LABEL)
     k = kube()
-    for _attempt in range(3):  # the status moved under us (409): read it again
-        parent = k.get(f"{GROUP}/{VERSION}", "LLMDeployment", owner, namespace) if owner else None
+    indexed = list(llmdeployment_status.get((namespace, owner)) or []) if llmdeployment_status is not None else None
+    for attempt in range(3):  # the status moved under us (409): read it again
+        if attempt == 0 and indexed is not None:
+            parent = indexed[0].body if indexed else None
+        else:
+            parent = k.get(f"{GROUP}/{VERSION}", "LLMDeployment", owner, namespace) if owner else None
         if parent is None:
             return
         spec, status = parent.get("spec") or {}, parent.get("status") or {}
@@ -187,6 +325,7 @@ def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
             # with the resourceVersion read, so a reconcile's newer conditions are never overwritten
             k.patch_llmd_status(namespace, parent["metadata"]["name"], {"conditions": conditions},
                                 resource_version=parent["metadata"].get("resourceVersion"))
+            telemetry.WRITES.inc()
         except ApiException as exc:
             if exc.status != 409:
                 raise
@@ -194,7 +333,7 @@ def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
         return
 
 
-def _secret_refusal(spec: kopf.Spec, userinfo: kopf.UserInfo, namespace: str | None) -> str | None:
+def _secret_refusal(spec: dict[str, Any], userinfo: kopf.UserInfo, namespace: str | None) -> str | None:
     """Why the requesting user may not hand the referenced Secrets to pods (None: they may, or none are named)."""
     names = referenced_secrets(LLMDeploymentSpec.model_validate(dict(spec)))
     if not names:
@@ -204,16 +343,51 @@ def _secret_refusal(spec: kopf.Spec, userinfo: kopf.UserInfo, namespace: str | N
     return unreadable_secrets_message(client.AuthorizationV1Api(kube().api), userinfo, namespace, names)
 
 
-def validate(spec: kopf.Spec, name: str, warnings: list[str], userinfo: kopf.UserInfo, namespace: str | None,
-             **_: Any) -> None:
-    verdict = review(dict(spec), SETTINGS.default_vllm_version, name=name,
+def _review(spec: dict[str, Any], name: str, userinfo: kopf.UserInfo,
+            namespace: str | None) -> tuple[list[str], str | None, int]:
+    """(warnings, the refusal or None, its HTTP code: 403 for access, 422 for a spec that cannot work)."""
+    verdict = review(spec, SETTINGS.default_vllm_version, name=name,
                      nodes=lambda: [(n.labels, n.allocatable_gpus) for n in kube().gpu_nodes()])
     refusal = verdict.message if not verdict.allowed else _secret_refusal(spec, userinfo, namespace)
     telemetry.ADMISSION.labels("rejected" if refusal is not None else "allowed").inc()
-    warnings.extend(verdict.warnings)
+    return list(verdict.warnings), refusal, 422 if not verdict.allowed else 403
+
+
+def unchanged_spec(operation: str | None, old: Any, new: Any) -> bool:
+    """An update that leaves the spec as it was: the operator's (and Kopf's) own metadata patches."""
+    return operation == "UPDATE" and old is not None and new is not None and old.get("spec") == new.get("spec")
+
+
+async def validate(spec: kopf.Spec, name: str, warnings: list[str], userinfo: kopf.UserInfo,
+                   namespace: str | None, operation: str | None = None, old: Any = None, new: Any = None,
+                   **_: Any) -> None:
+    """The admission review, on the webhook's own threads (reconciles never hold it up); an update that leaves
+    the spec alone (Kopf's own annotations, a label) is admitted at once, as the chart's matchConditions do."""
+    if unchanged_spec(operation, old, new):
+        telemetry.ADMISSION.labels("unchanged").inc()
+        return
+    found, refusal, code = await asyncio.get_running_loop().run_in_executor(
+        ADMISSION_EXECUTOR, functools.partial(_review, dict(spec), name, userinfo, namespace))
+    warnings.extend(found)
     if refusal is not None:
-        # 403 for access, 422 for a spec that cannot work
-        raise kopf.AdmissionError(refusal, code=422 if not verdict.allowed else 403)
+        raise kopf.AdmissionError(refusal, code=code)
+
+
+class RoutineSuccess(logging.Filter):
+    """Kopf logs every handler's success at INFO: with 1,000 LLMDeployments that is a line per object per resync
+    and one per watch event per index. Those go to DEBUG (shown with --verbose); the rest stay."""
+
+    ROUTINE = re.compile(r"^(Timer 'resync'|Indexer '[a-z_]+'|Handler 'deployment-readiness'|"
+                         r"Handler 'deletion-stops-resync') succeeded\.$")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.INFO and self.ROUTINE.match(record.getMessage()):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
+        return True
+
+
+logging.getLogger("kopf.objects").addFilter(RoutineSuccess())
 
 
 if SETTINGS.webhook_enabled:  # Kopf refuses to start with admission handlers but no server

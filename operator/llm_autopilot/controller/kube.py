@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import codecs
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,7 +103,7 @@ class Kube:
         result: dict[str, Any] = obj.to_dict()
         return result
 
-    def _stale(self, obj: dict[str, Any]) -> bool:
+    def stale(self, obj: dict[str, Any]) -> bool:
         """Whether the live object lacks this input hash (so it must be written)."""
         meta = obj["metadata"]
         live = self.get(obj["apiVersion"], obj["kind"], meta["name"], meta["namespace"])
@@ -122,19 +123,25 @@ class Kube:
         Every write is first tried as a server-side dry run, so one rejected object stops the whole set before
         anything is written (no Deployment on GPUs whose Service the API server refuses).
         """
-        stale = [obj for obj in objects if self._stale(obj)]
-        for obj in stale:
+        return len(self.apply_changed(objects))
+
+    def apply_changed(self, objects: list[dict[str, Any]],
+                      stale: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        """apply_all, returning the objects written; ``stale(obj)`` says which to write (default: a GET of each
+        finds the live copy without the input hash)."""
+        changed = [obj for obj in objects if (stale or self.stale)(obj)]
+        for obj in changed:
             try:
                 self._server_side_apply(obj, dry_run=True)
             except ApiException as exc:
                 raise ApplyRejected(f"{obj['kind']} {obj['metadata']['name']}: {api_message(exc)}") from exc
-        for obj in stale:
+        for obj in changed:
             try:
                 self._server_side_apply(obj, dry_run=False)
             except ApiException as exc:  # accepted dry, refused for real (a race): say so, the next pass retries
                 raise ApplyRejected(f"{obj['kind']} {obj['metadata']['name']}: {api_message(exc)}") from exc
             self.writes += 1
-        return len(stale)
+        return changed
 
     def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector)

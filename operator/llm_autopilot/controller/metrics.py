@@ -1,17 +1,23 @@
 """Shell: instant queries to Prometheus (through prometheus-api-client only), each bounded in time.
 
-What to ask and what the answers mean is the pure saturation rule's (remediation/saturation.py).
+What to ask and what the answers mean is the pure saturation rule's (remediation/saturation.py). The operator
+asks the rule's queries once per namespace and round for all the namespace's pods (``SaturationRounds``) and
+hands each LLMDeployment's share of the answers to the rule, instead of asking per object and resync.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from llm_autopilot.controller import telemetry
 from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.remediation.saturation import (  # the last two re-exported for the reaction-time benchmark
     KV_SATURATION,
@@ -21,8 +27,9 @@ from llm_autopilot.remediation.saturation import (  # the last two re-exported f
     saturated_query,
 )
 
-__all__ = ["USAGE_METRICS", "MetricsSource", "MetricsUnavailable", "PrometheusClient", "PrometheusSettings",
-           "PrometheusSignals", "query_saturation", "saturated_query"]
+__all__ = ["USAGE_METRICS", "MetricsSource", "MetricsUnavailable", "PerObjectSaturation", "PrometheusClient",
+           "PrometheusSettings", "PrometheusSignals", "SaturationRounds", "SaturationSource", "VectorSource",
+           "grouped", "query_saturation", "saturated_query"]
 
 #: a hung Prometheus must not hold a handler thread: each query gives up after this (then MetricsUnavailable)
 QUERY_TIMEOUT_SECONDS = 5.0
@@ -50,13 +57,143 @@ class MetricsSource(Protocol):
         ...
 
 
+class VectorSource(Protocol):
+    """Instant queries answered per pod (PrometheusClient; an in-memory fake in tests)."""
+
+    where: str
+
+    def vector(self, query: str) -> dict[tuple[str, str], float]:
+        """(namespace, pod) -> value of each series the query returns; raises MetricsUnavailable."""
+        ...
+
+
+class SaturationSource(Protocol):
+    """KV saturation of some pods of a namespace, judged by the saturation rule."""
+
+    @property
+    def where(self) -> str: ...
+
+    def saturation(self, namespace: str, pods: list[str], *, window: int,
+                   threshold: float) -> Classification | None:
+        """Raises MetricsUnavailable."""
+        ...
+
+
+def _now_stamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def query_saturation(metrics: MetricsSource, rule: SaturationRule, selector: str, *, window: int,
                      threshold: float) -> Classification | None:
     """Ask Prometheus what ``rule`` needs, and let the rule judge the answers."""
     queries = rule.queries(selector, window=window, threshold=threshold)
     values = {name: metrics.scalar(query) for name, query in queries.items()}
-    observed_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return rule.judge(values, queries, window=window, threshold=threshold, observed_at=observed_at)
+    return rule.judge(values, queries, window=window, threshold=threshold, observed_at=_now_stamp())
+
+
+@dataclass
+class PerObjectSaturation:
+    """The rule's queries for exactly these pods, every time (tools, tests; the operator batches)."""
+
+    metrics: MetricsSource
+    rule: SaturationRule = KV_SATURATION
+
+    @property
+    def where(self) -> str:
+        return self.metrics.where
+
+    def saturation(self, namespace: str, pods: list[str], *, window: int,
+                   threshold: float) -> Classification | None:
+        return query_saturation(self.metrics, self.rule, pod_selector(namespace, pods), window=window,
+                                threshold=threshold)
+
+
+def grouped(query: str) -> str:
+    """One of the rule's queries, ``max(EXPR)``, answered per pod: ``max by (namespace, pod) (EXPR)``.
+
+    The rule keeps namespace and pod on every series inside the ``max`` (its joins are ``on(namespace, pod)``),
+    so the largest per-pod answer among some pods is what ``max`` over a selector naming those pods gives.
+    """
+    if not (query.startswith("max(") and query.endswith(")")):
+        raise ValueError(f"not a max(...) query, cannot be asked per pod: {query!r}")
+    return f"max by (namespace, pod) ({query[len('max('):]}"
+
+
+@dataclass
+class _Round:
+    started: float
+    values: dict[str, dict[str, float]] | None = None  # query name -> pod -> value
+    error: MetricsUnavailable | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class SaturationRounds:
+    """The rule's queries asked once per round for all pods of a namespace, shared by every LLMDeployment
+    there: each gets the largest answer among its own pods, which the rule judges as before.
+
+    A round lasts ``round_seconds``; one thread asks, the others wait for its answers. A failure (Prometheus
+    down, a timeout) is kept for the round too, so a hung Prometheus costs one timeout per namespace and round,
+    not one per object.
+    """
+
+    def __init__(self, source: VectorSource, rule: SaturationRule = KV_SATURATION, *, round_seconds: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.source = source
+        self.rule = rule
+        self.round_seconds = round_seconds
+        self.clock = clock
+        self._rounds: dict[tuple[str, int, float], _Round] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def where(self) -> str:
+        return self.source.where
+
+    def _ask(self, namespace: str, window: int, threshold: float) -> dict[str, dict[str, float]]:
+        queries = self.rule.queries(f'namespace="{namespace}"', window=window, threshold=threshold)
+        answers: dict[str, dict[str, float]] = {}
+        for name, query in queries.items():
+            answers[name] = {pod: value for (ns, pod), value in self.source.vector(grouped(query)).items()
+                             if ns == namespace}
+        return answers
+
+    def values(self, namespace: str, *, window: int, threshold: float) -> Mapping[str, Mapping[str, float]]:
+        """This round's answers for the namespace's pods (query name -> pod -> value)."""
+        key = (namespace, window, threshold)
+        now = self.clock()
+        with self._lock:
+            current = self._rounds.get(key)
+            mine = current is None or (current.done.is_set() and now - current.started >= self.round_seconds)
+            if mine:
+                current = self._rounds[key] = _Round(started=now)
+                for stale in [k for k, r in self._rounds.items() if r.done.is_set()
+                              and now - r.started >= 2 * self.round_seconds]:
+                    del self._rounds[stale]  # namespaces nobody asks about any more
+        assert current is not None
+        if mine:
+            try:
+                current.values = self._ask(namespace, window, threshold)
+            except MetricsUnavailable as exc:
+                current.error = exc
+            finally:
+                current.done.set()
+        else:
+            current.done.wait()
+        if current.error is not None:
+            raise current.error
+        assert current.values is not None
+        return current.values
+
+    def saturation(self, namespace: str, pods: list[str], *, window: int,
+                   threshold: float) -> Classification | None:
+        answers = self.values(namespace, window=window, threshold=threshold)
+        values: dict[str, float | None] = {}
+        for name, per_pod in answers.items():
+            found = [per_pod[pod] for pod in pods if pod in per_pod]
+            values[name] = max(found) if found else None
+        # the evidence names the query for this deployment's pods, which is what the batch answered for them
+        queries = self.rule.queries(pod_selector(namespace, pods), window=window, threshold=threshold)
+        return self.rule.judge(values, queries, window=window, threshold=threshold, observed_at=_now_stamp())
 
 
 class PrometheusClient:
@@ -72,17 +209,31 @@ class PrometheusClient:
         if isinstance(settings.verify_tls, str):
             self._prom._session.verify = settings.verify_tls
 
-    def scalar(self, query: str) -> float | None:
-        """The largest value the query returns; None when it returns nothing."""
+    def _query(self, query: str) -> list[dict[str, Any]]:
+        telemetry.PROMETHEUS_QUERIES.inc()
         try:
             result: list[dict[str, Any]] = self._prom.custom_query(
                 query, params={"timeout": f"{self._timeout:g}s"})
         except Exception as exc:  # the client raises several unrelated types on network and HTTP errors
+            telemetry.PROMETHEUS_ERRORS.inc()
             raise MetricsUnavailable(f"Prometheus query failed: {type(exc).__name__}: {exc}") from exc
+        return result
+
+    def scalar(self, query: str) -> float | None:
+        """The largest value the query returns; None when it returns nothing."""
+        result = self._query(query)
         if not result:
             return None
         try:
             return max(float(r["value"][1]) for r in result)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise MetricsUnavailable(f"Prometheus answered an unexpected shape: {exc}") from exc
+
+    def vector(self, query: str) -> dict[tuple[str, str], float]:
+        """(namespace, pod) -> value of each series the query returns."""
+        try:
+            return {(str(r["metric"]["namespace"]), str(r["metric"]["pod"])): float(r["value"][1])
+                    for r in self._query(query)}
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise MetricsUnavailable(f"Prometheus answered an unexpected shape: {exc}") from exc
 

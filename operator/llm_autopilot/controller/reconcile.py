@@ -2,7 +2,8 @@
 
 Decisions are the pure modules' (planner, renderer, remediation's decision, conditions); this module
 sequences the I/O and turns failures into conditions. It never writes the spec, writes nothing when nothing
-changed, and writes every child object or none (each write is tried as a server-side dry run first).
+changed, and writes every child object or none (each write is tried as a server-side dry run first). A resync
+enters through ``resync``, which first asks whether anything the reconcile reads has changed (quiet.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
@@ -24,14 +25,23 @@ from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
 from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.gather import Gatherer, PodSource, Target
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
-from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings
+from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings, SaturationRounds
+from llm_autopilot.controller.quiet import (
+    OPERATOR_VERSION,
+    QuietMemory,
+    Seen,
+    fingerprint,
+    metrics_verdict,
+    next_due,
+    unsettled,
+)
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_model
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
-from llm_autopilot.remediation.decide import METRICS_AVAILABLE, Decision, Probe, decide
+from llm_autopilot.remediation.decide import METRICS_AVAILABLE, Decision, Evidence, Probe, decide
 from llm_autopilot.remediation.evidence import apply_overrides
 from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_floor
 from llm_autopilot.remediation.state import MAX_REPLICAS, Limits, RemediationState, effective_replicas
@@ -44,7 +54,7 @@ from llm_autopilot.render.vllm_args import ServeOptions, render_vllm_args, unkno
 from llm_autopilot.render.workload import Live, Shape, children
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion, behaviour_of
 
-__all__ = ["METRICS_AVAILABLE", "Outcome", "ready_condition", "reconcile"]
+__all__ = ["METRICS_AVAILABLE", "Outcome", "ready_condition", "reconcile", "resync"]
 
 logger = logging.getLogger(__name__)
 _MESSAGE_LIMIT = 500
@@ -66,12 +76,27 @@ class Cluster(PodSource, Protocol):
         ...
 
 
+#: failures that the same inputs always give again (a resync with the same inputs may stay quiet); the others
+#: depend on what the API server, the Hub or RBAC say next time
+_DETERMINISTIC_FAILURES = frozenset({"InvalidSpec", "UnknownGPU", "UnsupportedVLLMVersion", "Infeasible"})
+
+
 @dataclass
 class Outcome:
     status: dict[str, Any] = field(default_factory=dict)  # only the keys that change
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     writes: int = 0
     retry: bool = False
+    #: for the quiet resync: whether the same inputs would decide the same again, until ``due``; the plan in
+    #: force and what Prometheus said about its pods
+    settled: bool = False
+    due: datetime | None = None
+    plan_hash: str | None = None
+    metrics: str = ""
+    #: the KV-saturation question the reconcile asked Prometheus: (window seconds, threshold)
+    kv_question: tuple[int, float] | None = None
+    #: False for a quiet resync (nothing was planned, rendered or read)
+    full: bool = True
 
 
 def _utcnow() -> datetime:
@@ -306,11 +331,11 @@ def _changed(current: dict[str, Any], key: str, value: Any) -> bool:
 
 def gatherer_for(kube: Cluster, settings: OperatorSettings) -> Gatherer:
     """The evidence gatherer for these settings (the operator keeps one per process: it remembers crashes)."""
-    metrics = None
-    if settings.prometheus_url:
-        metrics = PrometheusClient(PrometheusSettings(settings.prometheus_url, settings.prometheus_headers,
-                                                      settings.prometheus_verify_tls))
-    return Gatherer(kube, metrics)
+    if not settings.prometheus_url:
+        return Gatherer(kube)
+    client = PrometheusClient(PrometheusSettings(settings.prometheus_url, settings.prometheus_headers,
+                                                 settings.prometheus_verify_tls))
+    return Gatherer(kube, saturation=SaturationRounds(client, round_seconds=settings.prometheus_round_seconds))
 
 
 class Reconciler:
@@ -332,6 +357,7 @@ class Reconciler:
         self.origin: RemediationState | None = None
         self.state: RemediationState | None = None
         self.repaired = False
+        self.evidence: Evidence | None = None
 
     def condition(self, type_: str, value: bool | None, reason: str, message: str) -> None:
         self.conditions = set_condition(self.conditions, type_, value, reason, message,
@@ -346,6 +372,7 @@ class Reconciler:
         if before != self.conditions:
             self.event("Warning", reason, message)
         self.out.retry = retry
+        self.out.settled = reason in _DETERMINISTIC_FAILURES
         return self.finish()
 
     def finish(self) -> Outcome:
@@ -412,7 +439,19 @@ class Reconciler:
         if written:
             view = workload_view(self.kube, final)
         self.report_plan(final, ctx, view)
+        self.note_inputs(ctx, final)
         return self.finish()
+
+    def note_inputs(self, ctx: Context, final: Rendered) -> None:
+        """For the quiet resync: whether this reconcile settled, until when, on which plan's pods."""
+        evidence, state = self.evidence, self.state
+        assert evidence is not None and state is not None
+        self.out.plan_hash = final.plan_hash
+        self.out.metrics = metrics_verdict(evidence.metrics, evidence.saturation is not None)
+        policy = ctx.spec.remediation
+        self.out.kv_question = (policy.kv_saturation_window_seconds, policy.kv_saturation_threshold)
+        self.out.settled = not unsettled(evidence, state)
+        self.out.due = next_due(state, ctx.spec.remediation, self.now, self.settings.full_check_seconds)
 
     def remediate(self, ctx: Context, current: Rendered, state: RemediationState,
                   deployment: dict[str, Any] | None, live: Live) -> tuple[Rendered, Decision]:
@@ -423,6 +462,7 @@ class Reconciler:
             replicas=state.effective_replicas(ctx.spec.replicas), deployment=deployment,
             last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
             kv_window=policy.kv_saturation_window_seconds))
+        self.evidence = evidence
         renders: dict[Overrides, Rendered] = {}
 
         def probe(overrides: Overrides) -> Probe:
@@ -477,3 +517,44 @@ def reconcile(
 ) -> Outcome:
     return Reconciler(name=name, namespace=namespace, uid=uid, generation=generation, status=status, kube=kube,
                       settings=settings, gatherer=gatherer or gatherer_for(kube, settings)).run(spec_body)
+
+
+def _settings_digest(settings: OperatorSettings) -> str:
+    return f"{settings.default_image}/{settings.default_vllm_version}"
+
+
+def resync(
+    *, name: str, namespace: str, uid: str, generation: int | None, resource_version: str | None,
+    spec_body: dict[str, Any], status: dict[str, Any], observed: str, current_pods: Callable[[str], list[str]],
+    kube: Cluster, settings: OperatorSettings, gatherer: Gatherer, memory: QuietMemory,
+) -> Outcome:
+    """The resync's front gate: quiet when nothing the last full reconcile read has changed (quiet.py), else a
+    full reconcile, whose inputs are remembered.
+
+    ``observed`` is the digest of what the watches show for the object (nodes, children, pods);
+    ``current_pods(plan_hash)`` names its pods that run a plan, which Prometheus is asked about (batched per
+    namespace and round) as the reconcile would ask.
+    """
+    llmd = resource_version or fingerprint(version="", settings="", llmd=str(generation),
+                                           observed=f"{spec_body}{status}")
+    key = fingerprint(version=OPERATOR_VERSION, settings=_settings_digest(settings), llmd=llmd, observed=observed)
+    seen = memory.get(uid)
+    if (seen is not None and seen.settled and seen.fingerprint == key and _utcnow() < seen.due
+            and _verdict(gatherer, seen, current_pods) == seen.metrics):
+        return Outcome(full=False, settled=True, due=seen.due, plan_hash=seen.plan_hash, metrics=seen.metrics)
+    out = reconcile(name=name, namespace=namespace, uid=uid, generation=generation, spec_body=spec_body,
+                    status=status, kube=kube, settings=settings, gatherer=gatherer)
+    due = out.due or _utcnow() + timedelta(seconds=settings.full_check_seconds)
+    memory.remember(uid, Seen(fingerprint=key, metrics=out.metrics, due=due, settled=out.settled and not out.retry,
+                              plan_hash=out.plan_hash, namespace=namespace, kv_question=out.kv_question))
+    return out
+
+
+def _verdict(gatherer: Gatherer, seen: Seen, current_pods: Callable[[str], list[str]]) -> str:
+    """What Prometheus says now about the remembered plan's pods: the question the reconcile asked."""
+    if seen.plan_hash is None or seen.kv_question is None:
+        return seen.metrics  # the reconcile stopped before asking (a failure: no plan)
+    window, threshold = seen.kv_question
+    metrics, _, signal = gatherer.kv_saturation(seen.namespace, current_pods(seen.plan_hash), window=window,
+                                                threshold=threshold)
+    return metrics_verdict(metrics, signal is not None)

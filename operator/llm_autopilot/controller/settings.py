@@ -8,6 +8,24 @@ from dataclasses import dataclass
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
 
 
+class SettingsError(ValueError):
+    """An operator setting in the environment is malformed; the message names it and what it takes."""
+
+
+def _number(env: dict[str, str], key: str, default: float, *, minimum: float, whole: bool = False) -> float:
+    raw = env.get(key)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value >= minimum or value == float("inf") or (whole and not value.is_integer()):
+        kind = "a whole number" if whole else "a number"
+        raise SettingsError(f"{key}={raw!r}: must be {kind} >= {minimum:g}")
+    return value
+
+
 def _list(value: str | None) -> tuple[str, ...]:
     return tuple(v.strip() for v in (value or "").split(",") if v.strip())
 
@@ -29,11 +47,20 @@ class OperatorSettings:
     default_vllm_version: str = str(DEFAULT_VLLM_VERSION)
     #: how often every LLMDeployment is re-checked (no writes when nothing changed)
     resync_seconds: float = 60.0
+    #: the longest a quiet object goes without a full reconcile (planned, rendered and compared anew)
+    full_check_seconds: float = 600.0
+    #: threads for reconciles (Kopf's executor; None: Kopf's default, min(32, CPUs + 4))
+    max_workers: int | None = None
+    #: threads for the admission webhook's reviews, apart from the reconciles so that it never queues behind them
+    admission_workers: int = 2
     prometheus_url: str | None = None
     #: extra HTTP headers for Prometheus, e.g. {"Authorization": "Bearer ..."}
     prometheus_headers: dict[str, str] | None = None
     #: verify Prometheus' TLS certificate (True), skip it (False), or a CA bundle path
     prometheus_verify_tls: bool | str = True
+    #: how long one round of KV-saturation answers (asked per namespace) serves every object there
+    #: (None: half the resync interval)
+    prometheus_round: float | None = None
     #: admission webhook: where Kopf serves it and the host the API server calls
     webhook_enabled: bool = False
     webhook_addr: str = "127.0.0.1"
@@ -58,15 +85,29 @@ class OperatorSettings:
     #: a standby takes over from a replica that died without saying goodbye (SIGKILL, node loss)
     peering_lifetime_seconds: int = 60
 
+    @property
+    def prometheus_round_seconds(self) -> float:
+        return self.prometheus_round if self.prometheus_round is not None else self.resync_seconds / 2
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorSettings:
         e = dict(os.environ if env is None else env)
         defaults = cls()
+        workers = _number(e, "LLM_AUTOPILOT_MAX_WORKERS", 0, minimum=1, whole=True) if e.get(
+            "LLM_AUTOPILOT_MAX_WORKERS", "").strip() else None
+        prometheus_round = _number(e, "LLM_AUTOPILOT_PROMETHEUS_ROUND_SECONDS", 0, minimum=0) if e.get(
+            "LLM_AUTOPILOT_PROMETHEUS_ROUND_SECONDS", "").strip() else None
         return cls(
             namespaces=_list(e.get("LLM_AUTOPILOT_NAMESPACES")),
             default_image=e.get("LLM_AUTOPILOT_DEFAULT_IMAGE", defaults.default_image),
             default_vllm_version=e.get("LLM_AUTOPILOT_DEFAULT_VLLM_VERSION", defaults.default_vllm_version),
-            resync_seconds=float(e.get("LLM_AUTOPILOT_RESYNC_SECONDS", defaults.resync_seconds)),
+            resync_seconds=_number(e, "LLM_AUTOPILOT_RESYNC_SECONDS", defaults.resync_seconds, minimum=0.1),
+            full_check_seconds=_number(e, "LLM_AUTOPILOT_FULL_CHECK_SECONDS", defaults.full_check_seconds,
+                                       minimum=1),
+            max_workers=int(workers) if workers is not None else None,
+            admission_workers=int(_number(e, "LLM_AUTOPILOT_ADMISSION_WORKERS", defaults.admission_workers,
+                                          minimum=1, whole=True)),
+            prometheus_round=prometheus_round,
             prometheus_url=e.get("LLM_AUTOPILOT_PROMETHEUS_URL") or None,
             prometheus_headers=({"Authorization": e["LLM_AUTOPILOT_PROMETHEUS_AUTHORIZATION"]}
                                 if e.get("LLM_AUTOPILOT_PROMETHEUS_AUTHORIZATION") else None),

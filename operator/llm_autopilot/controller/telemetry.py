@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 RECONCILES = Counter("llm_autopilot_reconciles_total", "Reconciles of LLMDeployments by result.", ["result"])
 PLANS = Counter("llm_autopilot_plans_total", "Plans by outcome (feasible, infeasible).", ["outcome"])
@@ -10,6 +10,10 @@ REMEDIATION_STEPS = Counter("llm_autopilot_remediation_steps_total",
                             "Remediation steps by signal and kind (step, relax, exhausted).", ["signal", "kind"])
 ADMISSION = Counter("llm_autopilot_admission_reviews_total", "Admission reviews by verdict.", ["verdict"])
 PROMETHEUS_ERRORS = Counter("llm_autopilot_prometheus_query_errors_total", "Failed Prometheus queries.")
+PROMETHEUS_QUERIES = Counter("llm_autopilot_prometheus_queries_total", "Prometheus queries sent.")
+RESYNCS = Counter("llm_autopilot_resyncs_total", "Resyncs by result: quiet (nothing the reconcile reads changed, "
+                  "so nothing was planned, rendered or read) or full.", ["result"])
+CHECKED = Gauge("llm_autopilot_llmdeployments_checked", "LLMDeployments reconciled at least once by this process.")
 WRITES = Counter("llm_autopilot_kubernetes_writes_total", "Objects written (server-side apply, status patches).")
 PLAN_SECONDS = Histogram("llm_autopilot_plan_duration_seconds", "Time to plan one LLMDeployment.",
                          buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
@@ -27,8 +31,10 @@ def _initialise() -> None:
         RECONCILES.labels(result)
     for outcome in ("feasible", "infeasible"):
         PLANS.labels(outcome)
-    for verdict in ("allowed", "rejected"):
+    for verdict in ("allowed", "rejected", "unchanged"):
         ADMISSION.labels(verdict)
+    for result in ("quiet", "full"):
+        RESYNCS.labels(result)
     for signal in Signal:
         for kind in ("step", "exhausted"):
             REMEDIATION_STEPS.labels(signal.value, kind)

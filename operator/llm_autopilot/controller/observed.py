@@ -1,0 +1,225 @@
+"""What the operator's watches show: GPU nodes, its children and their pods, as small summaries.
+
+Instead of a LIST of nodes and pods and a GET of every child in each reconcile, Kopf keeps one watch per kind
+(filtered on the server to GPU nodes and to the operator's own objects) and feeds every event to an index
+(``@kopf.index`` in handlers.py). A reconcile reads the summaries from memory, and the quiet resync compares
+their digests. Kopf starts no handler before every index holds its first full listing, so a reconcile right
+after a (re)start sees the whole cluster, not an empty one (which would look like missing children).
+
+The summaries keep the API's shape (the reconcile and the remediation code read them as they read the
+objects), trimmed to the fields those read, each with a digest of its content.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llm_autopilot.catalog.gpus import GFD_PRODUCT
+from llm_autopilot.controller.kube import GPU_RESOURCE, Kube, NodeGPUs
+from llm_autopilot.render.kubernetes import INPUT_HASH, OWNER_LABEL, PLAN_HASH, quantity_gib
+
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+#: the server-side label selectors of the watches (Kopf's settings.watching.label_selectors)
+NODE_SELECTOR = GFD_PRODUCT
+OWNED_SELECTOR = OWNER_LABEL
+#: the children the watches hold (with the owner label)
+WATCHED_CHILDREN = ("Deployment", "Service", "PodDisruptionBudget")
+#: what a digest says for an object the watch does not show
+ABSENT = "-"
+
+
+def digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """An object as the reconcile reads it (the API's shape, trimmed), and a digest of that."""
+
+    body: dict[str, Any]
+    digest: str
+
+    @classmethod
+    def of(cls, body: dict[str, Any]) -> Summary:
+        return cls(body, digest(body))
+
+
+def _meta(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    return body.get("metadata") or {}
+
+
+def _annotation(body: Mapping[str, Any], key: str) -> str | None:
+    value = (_meta(body).get("annotations") or {}).get(key)
+    return value if isinstance(value, str) else None
+
+
+def node_gpus(body: Mapping[str, Any]) -> NodeGPUs | None:
+    """A schedulable node's GPU Feature Discovery labels and allocatable GPUs and memory (None: cordoned)."""
+    if (body.get("spec") or {}).get("unschedulable"):
+        return None
+    allocatable = (body.get("status") or {}).get("allocatable") or {}
+    try:
+        gpus = int(allocatable.get(GPU_RESOURCE, "0"))
+    except (TypeError, ValueError):
+        gpus = 0
+    labels = {str(k): str(v) for k, v in (_meta(body).get("labels") or {}).items()}
+    return NodeGPUs(labels, gpus, quantity_gib(str(allocatable.get("memory", "0"))))
+
+
+def node_summary(body: Mapping[str, Any]) -> Summary | None:
+    node = node_gpus(body)
+    if node is None:
+        return None
+    return Summary.of({"metadata": {"name": _meta(body).get("name"), "labels": node.labels},
+                       "gpus": node.allocatable_gpus, "memoryGiB": node.allocatable_memory_gib})
+
+
+def child_summary(body: Mapping[str, Any]) -> Summary:
+    """A Deployment, Service or PodDisruptionBudget: its input hash; a Deployment also its template's plan
+    hash, generation and status (readiness, the rollout)."""
+    meta = _meta(body)
+    trimmed: dict[str, Any] = {"metadata": {"name": meta.get("name"), "generation": meta.get("generation"),
+                                            "annotations": {INPUT_HASH: _annotation(body, INPUT_HASH)}}}
+    template = ((body.get("spec") or {}).get("template") or {})
+    if template:
+        trimmed["spec"] = {"replicas": (body.get("spec") or {}).get("replicas"),
+                           "template": {"metadata": {"annotations": {PLAN_HASH: _annotation(template, PLAN_HASH)}}}}
+        trimmed["status"] = copy.deepcopy(dict(body.get("status") or {}))
+    return Summary.of(trimmed)
+
+
+def pod_summary(body: Mapping[str, Any]) -> Summary:
+    """A vLLM pod: its plan hash, phase, readiness and container states (crash evidence)."""
+    meta, status = _meta(body), body.get("status") or {}
+    containers = [{key: copy.deepcopy(cs.get(key)) for key in ("name", "restartCount", "ready", "state", "lastState")
+                   if cs.get(key) is not None} for cs in status.get("containerStatuses") or []]
+    ready = [c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    return Summary.of({
+        "metadata": {"name": meta.get("name"), "annotations": {PLAN_HASH: _annotation(body, PLAN_HASH)},
+                     **({"deletionTimestamp": meta["deletionTimestamp"]} if meta.get("deletionTimestamp") else {})},
+        "status": {"phase": status.get("phase"), "ready": ready[0] if ready else None, "containerStatuses": containers},
+    })
+
+
+def llmd_summary(body: Mapping[str, Any]) -> Summary:
+    """What the Deployment watch needs of an LLMDeployment to mirror Ready: replicas and their bounds, the
+    conditions and the remediation status, with the resourceVersion that a conditional status write names."""
+    meta, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
+    return Summary.of({
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                     "generation": meta.get("generation"), "resourceVersion": meta.get("resourceVersion")},
+        "spec": copy.deepcopy({k: spec[k] for k in ("replicas", "remediation") if k in spec}),
+        "status": copy.deepcopy({k: status[k] for k in ("conditions", "remediation") if k in status}),
+    })
+
+
+def owner_key(body: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, LLMDeployment name) of an object the operator made, from its owner label."""
+    owner = (_meta(body).get("labels") or {}).get(OWNER_LABEL)
+    namespace = _meta(body).get("namespace")
+    return (str(namespace), str(owner)) if owner and namespace else None
+
+
+def _values(index: Any, key: Any) -> list[Summary]:
+    """The summaries a Kopf index holds under ``key`` (read from a handler thread: one C-level copy)."""
+    store = index.get(key) if index is not None else None
+    return list(store) if store is not None else []
+
+
+@dataclass(frozen=True)
+class Watched:
+    """The Kopf indexes one handler call was given (keyword arguments named after the index handlers)."""
+
+    nodes: Any
+    deployments: Any
+    services: Any
+    disruption_budgets: Any
+    pods: Any
+
+    def children(self, namespace: str, name: str) -> dict[str, Summary | None]:
+        found: dict[str, Summary | None] = {}
+        for kind, index in zip(WATCHED_CHILDREN, (self.deployments, self.services, self.disruption_budgets),
+                               strict=True):
+            summaries = _values(index, (namespace, name))
+            found[kind] = summaries[0] if summaries else None
+        return found
+
+    def pods_of(self, namespace: str, name: str) -> list[Summary]:
+        return sorted(_values(self.pods, (namespace, name)), key=lambda s: str(s.body["metadata"]["name"]))
+
+    def node_summaries(self) -> list[Summary]:
+        return sorted(_values(self.nodes, None), key=lambda s: s.digest)
+
+    def digest_of(self, namespace: str, name: str) -> str:
+        """Everything the watches show that one reconcile of namespace/name reads: the GPU nodes (the pools),
+        its Deployment, Service and PodDisruptionBudget, and its pods."""
+        parts = [s.digest for s in self.node_summaries()]
+        parts += [s.digest if s is not None else ABSENT for s in self.children(namespace, name).values()]
+        parts += [s.digest for s in self.pods_of(namespace, name)]
+        return digest(parts)
+
+
+class WatchedCluster:
+    """The Kubernetes calls of one handler call: reads from the watches, writes through ``kube``; an object
+    this call wrote is read from the API server again (its watch event may not have arrived yet)."""
+
+    def __init__(self, kube: Kube, watched: Watched) -> None:
+        self.kube = kube
+        self.watched = watched
+        self._written: set[tuple[str, str, str]] = set()
+
+    def gpu_nodes(self) -> list[NodeGPUs]:
+        return [NodeGPUs(dict(s.body["metadata"]["labels"]), int(s.body["gpus"]), float(s.body["memoryGiB"]))
+                for s in self.watched.node_summaries()]
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        children = self.watched.children(namespace, name)
+        if kind in children and (kind, namespace, name) not in self._written:
+            found = children[kind]
+            return copy.deepcopy(found.body) if found is not None else None
+        return self.kube.get(api_version, kind, name, namespace)
+
+    def _stale(self, obj: dict[str, Any]) -> bool:
+        """Whether the object must be written. The watches hold the Deployment, Service and PodDisruptionBudget
+        that carry the owner label: shown with this input hash, fresh; shown otherwise or absent, stale. What
+        they do not hold (a group's StatefulSet, a LeaderWorkerSet, a ScaledObject, a parked Deployment, which
+        has lost the owner label) is read from the API server, so an unchanged one is not written again."""
+        meta = obj["metadata"]
+        if obj["kind"] not in WATCHED_CHILDREN or OWNER_LABEL not in (meta.get("labels") or {}):
+            return self.kube.stale(obj)
+        live = self.watched.children(meta["namespace"], meta["name"]).get(obj["kind"])
+        wanted = (meta.get("annotations") or {}).get(INPUT_HASH)
+        return not (wanted and live is not None and live.body["metadata"]["annotations"].get(INPUT_HASH) == wanted)
+
+    def apply_all(self, objects: list[dict[str, Any]]) -> int:
+        """As Kube.apply_all, judging staleness by the watch instead of a GET per object. Should the watch lag
+        behind a write, the object is applied again as it is, which the API server takes as a no-op (no new
+        resourceVersion)."""
+        written = self.kube.apply_changed(objects, stale=self._stale)
+        self._written |= {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in written}
+        return len(written)
+
+    def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        key, _, instance = label_selector.partition("=")
+        if key != INSTANCE_LABEL or not instance or "," in instance:
+            raise ValueError(f"the pod watch is indexed by {INSTANCE_LABEL}=NAME only, not {label_selector!r}")
+        return [copy.deepcopy(s.body) for s in self.watched.pods_of(namespace, instance)]
+
+    def previous_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
+        return self.kube.previous_log(namespace, pod, container, tail_lines=tail_lines, limit_bytes=limit_bytes)
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        return self.kube.secret_value(namespace, name, key)
+
+
+def current_pods(pods: Iterable[Summary], plan_hash: str | None) -> list[str]:
+    """Names of the pods that run the plan with ``plan_hash``."""
+    return [str(s.body["metadata"]["name"]) for s in pods
+            if plan_hash and s.body["metadata"]["annotations"].get(PLAN_HASH) == plan_hash]
+

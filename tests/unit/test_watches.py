@@ -1,0 +1,235 @@
+"""The watches behind the reconcile (controller/observed.py and the indexes in handlers.py): summaries and their
+digests, the cluster view one handler call reads, and the Kopf wiring."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+import pytest
+
+from llm_autopilot.api import PLURAL
+from llm_autopilot.controller import handlers
+from llm_autopilot.controller.kube import Kube
+from llm_autopilot.controller.observed import (
+    Summary,
+    Watched,
+    WatchedCluster,
+    child_summary,
+    current_pods,
+    llmd_summary,
+    node_summary,
+    pod_summary,
+)
+from llm_autopilot.render.kubernetes import INPUT_HASH, OWNER_LABEL, PLAN_HASH
+from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, Run
+
+NODE = {"metadata": {"name": "gpu-h100-0", "resourceVersion": "10",
+                     "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}},
+        "spec": {}, "status": {"allocatable": {"nvidia.com/gpu": "8", "memory": "1843Gi"},
+                               "conditions": [{"type": "Ready", "lastHeartbeatTime": "2026-12-01T12:00:00Z"}]}}
+DEPLOYMENT = {"metadata": {"name": "x", "namespace": "ns", "generation": 2, "resourceVersion": "5",
+                           "labels": {OWNER_LABEL: "x"}, "annotations": {INPUT_HASH: "h1"}},
+              "spec": {"replicas": 1, "template": {"metadata": {"annotations": {PLAN_HASH: "p1"}},
+                                                   "spec": {"containers": [{"args": ["a" * 1000]}]}}},
+              "status": {"observedGeneration": 2, "updatedReplicas": 1, "availableReplicas": 1}}
+POD = {"metadata": {"name": "x-1", "namespace": "ns", "resourceVersion": "7", "annotations": {PLAN_HASH: "p1"},
+                    "labels": {OWNER_LABEL: "x", "app.kubernetes.io/instance": "x"}},
+       "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                  "containerStatuses": [{"name": "vllm", "restartCount": 0, "ready": True,
+                                         "state": {"running": {"startedAt": "2026-12-01T12:00:00Z"}}}]}}
+
+
+def changed(body: dict[str, Any], change: Callable[[dict[str, Any]], Any]) -> dict[str, Any]:
+    new = copy.deepcopy(body)
+    change(new)
+    return new
+
+
+def _set(path: list[Any], value: Any) -> Callable[[dict[str, Any]], None]:
+    def change(body: dict[str, Any]) -> None:
+        node: Any = body
+        for p in path[:-1]:
+            node = node[p]
+        node[path[-1]] = value
+    return change
+
+
+@pytest.mark.parametrize(("summary", "body", "change"), [
+    (node_summary, NODE, _set(["metadata", "labels", "nvidia.com/gpu.product"], "NVIDIA-A100-SXM4-40GB")),
+    (node_summary, NODE, _set(["status", "allocatable", "nvidia.com/gpu"], "4")),
+    (child_summary, DEPLOYMENT, _set(["metadata", "annotations", INPUT_HASH], "h2")),
+    (child_summary, DEPLOYMENT, _set(["status", "availableReplicas"], 0)),
+    (child_summary, DEPLOYMENT, _set(["metadata", "generation"], 3)),
+    (pod_summary, POD, _set(["status", "containerStatuses", 0, "restartCount"], 1)),
+    (pod_summary, POD, _set(["status", "conditions", 0, "status"], "False")),
+    (pod_summary, POD, _set(["metadata", "annotations", PLAN_HASH], "p2")),
+])
+def test_a_change_the_reconcile_reads_changes_the_digest(summary: Any, body: dict[str, Any],
+                                                         change: Callable[[dict[str, Any]], None]) -> None:
+    assert summary(changed(body, change)).digest != summary(body).digest
+
+
+@pytest.mark.parametrize(("summary", "body", "change"), [
+    (node_summary, NODE, _set(["metadata", "resourceVersion"], "11")),
+    (node_summary, NODE, _set(["status", "conditions", 0, "lastHeartbeatTime"], "2026-12-01T12:20:00Z")),
+    (child_summary, DEPLOYMENT, _set(["metadata", "resourceVersion"], "6")),
+    (child_summary, DEPLOYMENT, _set(["metadata", "managedFields"], [{"manager": "kube-controller-manager"}])),
+    (pod_summary, POD, _set(["metadata", "resourceVersion"], "8")),
+])
+def test_what_the_reconcile_does_not_read_leaves_the_digest_alone(summary: Any, body: dict[str, Any],
+                                                                  change: Callable[[dict[str, Any]], None]) -> None:
+    assert summary(changed(body, change)).digest == summary(body).digest
+
+
+def test_the_summaries_keep_the_shape_the_reconcile_reads() -> None:
+    deployment = child_summary(DEPLOYMENT).body
+    assert deployment["spec"]["template"]["metadata"]["annotations"][PLAN_HASH] == "p1"
+    assert deployment["status"]["availableReplicas"] == 1 and "containers" not in str(deployment)  # trimmed
+    node = node_summary(NODE)
+    assert node is not None and node.body["gpus"] == 8 and node.body["memoryGiB"] == 1843.0
+    assert node_summary(changed(NODE, _set(["spec", "unschedulable"], True))) is None  # cordoned
+    pod = pod_summary(POD).body
+    assert pod["status"]["containerStatuses"][0]["restartCount"] == 0 and pod["status"]["ready"] == "True"
+
+
+class _Index(dict[Any, list[Summary]]):
+    """A Kopf index: key -> a store (an iterable of the objects' values)."""
+
+
+class _Kube(Kube):
+    def __init__(self) -> None:  # no API client
+        self.reads: list[tuple[str, str]] = []
+        self.writes = 0
+        self.applied: list[str] = []
+        self.live: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        self.reads.append((kind, name))
+        return copy.deepcopy(self.live.get((kind, name)))
+
+    def _server_side_apply(self, obj: dict[str, Any], *, dry_run: bool) -> None:
+        if not dry_run:
+            self.applied.append(obj["kind"])
+            self.live[(obj["kind"], obj["metadata"]["name"])] = copy.deepcopy(obj)
+
+
+def _watched(**stores: Any) -> Watched:
+    empty: dict[str, Any] = {"nodes": _Index(), "deployments": _Index(), "services": _Index(),
+                             "disruption_budgets": _Index(), "pods": _Index()}
+    return Watched(**{**empty, **stores})
+
+
+def _object(kind: str, input_hash: str, name: str = "x", owned: bool = True) -> dict[str, Any]:
+    labels = {OWNER_LABEL: "x"} if owned else {}
+    return {"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": "ns", "labels": labels,
+                                                          "annotations": {INPUT_HASH: input_hash}}}
+
+
+def test_the_watched_cluster_reads_from_the_indexes_and_writes_only_what_changed() -> None:
+    kube = _Kube()
+    deployments = _Index({("ns", "x"): [child_summary(DEPLOYMENT)]})
+    services = _Index({("ns", "x"): [child_summary(_object("Service", "s1"))]})
+    cluster = WatchedCluster(kube, _watched(deployments=deployments, services=services,
+                                            nodes=_Index({None: [node_summary(NODE)]}),
+                                            pods=_Index({("ns", "x"): [pod_summary(POD)]})))
+    assert cluster.get("apps/v1", "Deployment", "x", "ns")["status"]["availableReplicas"] == 1  # type: ignore[index]
+    assert cluster.get("policy/v1", "PodDisruptionBudget", "x", "ns") is None  # not in its index: absent
+    assert [n.allocatable_gpus for n in cluster.gpu_nodes()] == [8]
+    assert [p["metadata"]["name"] for p in cluster.pods("ns", "app.kubernetes.io/instance=x")] == ["x-1"]
+    assert kube.reads == []  # all from memory
+    written = cluster.apply_all([_object("Deployment", "h1"), _object("Service", "s1"),
+                                 _object("PodDisruptionBudget", "b1")])
+    assert written == 1 and kube.applied == ["PodDisruptionBudget"]
+    assert kube.reads == []  # staleness judged by the watch: no GET before writing
+    cluster.get("policy/v1", "PodDisruptionBudget", "x", "ns")
+    assert kube.reads == [("PodDisruptionBudget", "x")]  # just written: read fresh, not from the index
+    with pytest.raises(ValueError, match="instance"):
+        cluster.pods("ns", "app=x")
+
+
+def test_children_the_watches_do_not_hold_are_read_before_writing() -> None:
+    """A group's StatefulSet (no index) and a parked Deployment (the owner label dropped, so out of the index):
+    an unchanged one is not written again on every full reconcile."""
+    kube = _Kube()
+    cluster = WatchedCluster(kube, _watched())
+    group, parked = _object("StatefulSet", "g1", name="x-0"), _object("Deployment", "d0", owned=False)
+    kube.live = {("StatefulSet", "x-0"): group, ("Deployment", "x"): parked}
+    assert cluster.apply_all([group, parked]) == 0
+    assert kube.reads == [("StatefulSet", "x-0"), ("Deployment", "x")] and kube.applied == []
+    assert cluster.apply_all([_object("StatefulSet", "g2", name="x-0")]) == 1 and kube.applied == ["StatefulSet"]
+
+
+def test_the_digest_of_an_object_covers_nodes_children_and_pods() -> None:
+    base = {"nodes": _Index({None: [node_summary(NODE)]}),
+            "deployments": _Index({("ns", "x"): [child_summary(DEPLOYMENT)]}),
+            "pods": _Index({("ns", "x"): [pod_summary(POD)]})}
+    first = _watched(**base).digest_of("ns", "x")
+    assert _watched(**base).digest_of("ns", "x") == first
+    assert _watched(**{**base, "pods": _Index()}).digest_of("ns", "x") != first
+    assert _watched(**{**base, "deployments": _Index()}).digest_of("ns", "x") != first
+    assert _watched(**{**base, "nodes": _Index()}).digest_of("ns", "x") != first
+    assert _watched(**base).digest_of("ns", "y") != first  # another object: its own children
+    assert current_pods([pod_summary(POD)], "p1") == ["x-1"] and current_pods([pod_summary(POD)], "p2") == []
+
+
+# --- the Kopf wiring -----------------------------------------------------------------------------------------
+
+def _indexers() -> dict[str, Any]:
+    return {h.id: h for h in kopf.get_default_registry()._indexing.get_all_handlers()}
+
+
+def test_nodes_children_pods_and_llmdeployments_are_indexed_from_filtered_watches(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(handlers._state, "kube", _Kube())  # configure() connects; not here
+    found = _indexers()
+    assert set(found) == {"gpu_nodes", "owned_deployments", "owned_services", "owned_disruption_budgets",
+                          "owned_pods", "llmdeployment_status"}
+    assert found["gpu_nodes"].selector.any_name == "nodes" and "nvidia.com/gpu.product" in found["gpu_nodes"].labels
+    for name in ("owned_deployments", "owned_services", "owned_disruption_budgets", "owned_pods"):
+        assert OWNER_LABEL in found[name].labels
+    assert found["llmdeployment_status"].selector.any_name == PLURAL
+    settings = kopf.OperatorSettings()
+    handlers.configure(settings=settings, logger=handlers.logger)
+    for resource, wanted in ((("v1", "nodes"), "nvidia.com/gpu.product"), (("v1", "pods"), OWNER_LABEL),
+                             (("apps", "v1", "deployments"), OWNER_LABEL), (("v1", "services"), OWNER_LABEL),
+                             (("policy", "v1", "poddisruptionbudgets"), OWNER_LABEL)):
+        assert settings.watching.label_selectors[resource] == wanted  # filtered by the API server
+
+
+def test_indexers_summarise_and_drop_cordoned_nodes() -> None:
+    assert asyncio.run(handlers.gpu_nodes(body=NODE))[None].body["gpus"] == 8
+    assert asyncio.run(handlers.gpu_nodes(body=changed(NODE, _set(["spec", "unschedulable"], True)))) == {}
+    assert list(asyncio.run(handlers.owned_pods(body=POD, namespace="ns"))) == [("ns", "x")]
+    assert list(asyncio.run(handlers.owned_deployments(body=DEPLOYMENT))) == [("ns", "x")]
+
+
+class _ParentReads(FakeCluster):
+    parent_reads: int = 0
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        self.parent_reads += kind == "LLMDeployment"
+        return super().get(api_version, kind, name, namespace)
+
+
+def test_the_deployment_watch_reads_the_llmdeployment_from_its_index(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = _ParentReads()
+    monkeypatch.setitem(handlers._state, "kube", cluster)
+    run = Run({"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"}}, cluster=cluster)
+    run.once()
+    cluster.llmd = {"metadata": {"name": NAME, "namespace": NAMESPACE, "generation": 1, "resourceVersion": "7"},
+                    "spec": run.spec, "status": run.status}
+    index = _Index({(NAMESPACE, NAME): [llmd_summary(cluster.llmd)]})
+    handlers.deployment_changed(body=cluster.deployment(), namespace=NAMESPACE, type="MODIFIED",
+                                llmdeployment_status=index)
+    assert cluster.parent_reads == 0 and cluster.status_patches == []  # Ready unchanged: nothing read or written
+    cluster.deployment()["status"]["availableReplicas"] = 0
+    cluster.conflicts = 1  # the indexed resourceVersion is stale: the write is refused, then read fresh
+    handlers.deployment_changed(body=cluster.deployment(), namespace=NAMESPACE, type="MODIFIED",
+                                llmdeployment_status=index)
+    assert cluster.parent_reads == 1 and len(cluster.status_patches) == 1
+    ready = next(c for c in cluster.status_patches[0]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "Unavailable")
