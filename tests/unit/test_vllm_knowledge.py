@@ -1,7 +1,7 @@
 """What the operator knows about vLLM lives in vllm/: the series names each release exposes (vllm/metrics.py),
 which everything that reads vLLM's series uses -- the chart's alert rules and dashboard (checked here, name by
-name), the saturation rule, the KEDA triggers, the simulator; the default release, which the flag table
-(vllm/data/flags.json) must hold."""
+name), the saturation rule, the KEDA triggers, the simulator; the error messages (vllm/errors.py); the default
+release, which the flag table (vllm/data/flags.json) must hold."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from hack import vllm_sim
 from llm_autopilot.remediation.saturation import KV_SATURATION, USAGE_METRICS
 from llm_autopilot.render.autoscaling import kv_usage_query, waiting_query
 from llm_autopilot.render.kubernetes import Owner
+from llm_autopilot.vllm import errors
 from llm_autopilot.vllm.flags import examined_versions, known_flags
 from llm_autopilot.vllm.metrics import (
     KNOWN_NAMES,
@@ -144,6 +145,17 @@ def test_no_vllm_series_name_outside_the_table(layer: str) -> None:
     found = [f"{p.relative_to(PACKAGE)}:{line}: {name}" for p in sorted((PACKAGE / layer).rglob("*.py"))
              for line, text in _strings(p) for name in SERIES.findall(text)]
     assert not found, f"spell vLLM's series with llm_autopilot.vllm.metrics: {found}"
+
+
+def test_no_vllm_error_message_outside_vllm_errors() -> None:
+    """A pattern as a literal of its own, or a sentence of vLLM's inside one (remediation's summaries say
+    "CUDA out of memory while serving" in their own words)."""
+    messages = [errors.KV_NEEDED, errors.OLD_KV_CAPACITY, errors.NO_CACHE_BLOCKS, errors.SERVING,
+                errors.ENGINE_DEAD, *errors.CUDA_OOM, *errors.STARTUP_MARKERS]
+    assert all(messages)
+    found = [f"{p.relative_to(PACKAGE)}:{line}: {m!r}" for p in sorted((PACKAGE / "remediation").rglob("*.py"))
+             for line, text in _strings(p) for m in messages if text == m or (len(m) >= 30 and m in text)]
+    assert not found, f"vLLM's messages belong in vllm/errors.py: {found}"
 
 
 def test_the_default_release_is_one_the_flag_table_read() -> None:
