@@ -94,12 +94,17 @@ def _chart_queries() -> list[str]:
     return [*_expressions(json.loads(DASHBOARD.read_text())), *alerts]
 
 
-def test_the_chart_reads_kv_cache_usage_under_every_name_a_release_used() -> None:
-    """A fleet mixes releases: a query reading one name of the gauge must read all of them."""
-    reading = [q for q in _chart_queries() if set(SERIES.findall(q)) & set(KV_CACHE_USAGE_NAMES)]
-    assert len(reading) >= 2, "the alert and the dashboard both read KV-cache usage"
-    for query in reading:
-        assert set(KV_CACHE_USAGE_NAMES) <= set(SERIES.findall(query)), query
+def test_the_chart_reads_each_metric_under_every_name_a_release_used() -> None:
+    """A fleet mixes releases: a query reading one name of a metric must read all of them (the KV-cache usage
+    gauge has two)."""
+    queries = _chart_queries()
+    reading_usage = [q for q in queries if set(SERIES.findall(q)) & set(KV_CACHE_USAGE_NAMES)]
+    assert len(reading_usage) >= 2, "the alert and the dashboard both read KV-cache usage"
+    for metric in Metric:
+        every = set(every_name(metric))
+        for query in queries:
+            used = set(SERIES.findall(query))
+            assert not used & every or every <= used, f"{metric}: {sorted(every - used)} missing from {query}"
 
 
 # ---- the operator and the simulator -------------------------------------------------------------------------
