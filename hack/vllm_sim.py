@@ -14,7 +14,7 @@ of simulated vLLM pods: one process, one port, one path per pod::
 ``PUT`` takes a JSON object; on update, omitted keys keep their value::
 
     {"model_name": "Qwen/Qwen2.5-7B-Instruct",   # required when creating
-     "vllm_version": "0.33.0",                    # default 0.33.0
+     "vllm_version": "0.33.0",                    # default DEFAULT_VLLM_VERSION
      "kv_cache_usage_perc": 0.97,                 # 0..1
      "num_requests_running": 12, "num_requests_waiting": 4,
      "num_preemptions_total": 7,                  # counter: a decrease is a 400
@@ -55,23 +55,15 @@ Metric names, types and labels follow vLLM's V1 Prometheus logger
   (``vllm/config/cache.py``) from 0.12.0 on and that of 0.10.2 before;
   releases in between differ in rarely used fields only.
 
-The KV-cache usage rename, from the sources:
+Which names each release exposes (the KV-cache usage rename: before 0.9.2
+only ``vllm:gpu_cache_usage_perc``, 0.9.2-0.10.x both names, 0.11.x the new
+name and the old one only with ``show_hidden_metrics``, from 0.12.0 only
+``vllm:kv_cache_usage_perc``) comes from the operator's table,
+``llm_autopilot.vllm.metrics``, with the sources it was read in; the default
+version is the operator's ``DEFAULT_VLLM_VERSION``.
 
-* ``0.10.2/vllm/v1/metrics/loggers.py``: emits both ``vllm:kv_cache_usage_perc``
-  and ``vllm:gpu_cache_usage_perc`` ("Deprecated in 0.9 - Renamed as
-  vllm:kv_cache_usage_perc"; help text "DEPRECATED: Use
-  vllm:kv_cache_usage_perc instead").
-* ``0.11.2/vllm/v1/metrics/loggers.py``: "Deprecated in 0.9.2 - Renamed as
-  vllm:kv_cache_usage_perc"; the old name only with
-  ``--show-hidden-metrics-for-version=0.10`` ("TODO: remove in 0.12.0").
-* ``0.12.0/vllm/v1/metrics/loggers.py``: only ``vllm:kv_cache_usage_perc``.
-
-So: before 0.9.2 only ``vllm:gpu_cache_usage_perc`` (release named by the
-0.11.2 comment; no older source is unpacked here), 0.9.2-0.10.x both names,
-0.11.x the new name (old one too with ``show_hidden_metrics``), from 0.12.0
-only ``vllm:kv_cache_usage_perc``.
-
-Standard library only. Run as ``python3 hack/vllm_sim.py --port N
+Standard library and ``llm_autopilot.vllm`` (itself standard library only,
+found in ``operator/`` when the package is not installed). Run as ``python3 hack/vllm_sim.py --port N
 --targets-dir DIR`` or use :class:`VllmSimulator` (``start()``/``stop()``,
 server in a daemon thread) from tests.
 """
@@ -97,16 +89,32 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+try:
+    import llm_autopilot.vllm.metrics as vllm_metrics
+except ImportError:  # run as a script outside the venv: the package's source folder
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+    import llm_autopilot.vllm.metrics as vllm_metrics
+from llm_autopilot.vllm.metrics import Metric
+from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION as _DEFAULT_VERSION
+from llm_autopilot.vllm.versions import VLLMVersion
+
 Version = tuple[int, int, int]
 
-#: First release exposing ``vllm:kv_cache_usage_perc`` (old name deprecated).
-KV_CACHE_RENAME_VERSION: Version = (0, 9, 2)
-#: From this release the old name is hidden unless ``show_hidden_metrics``.
-GPU_CACHE_NAME_HIDDEN_VERSION: Version = (0, 11, 0)
-#: From this release ``vllm:gpu_cache_usage_perc`` is gone.
-GPU_CACHE_NAME_REMOVED_VERSION: Version = (0, 12, 0)
 
-DEFAULT_VLLM_VERSION = "0.33.0"
+def _as_tuple(version: VLLMVersion | None) -> Version:
+    assert version is not None, "vllm/metrics.py: the KV-cache usage rows name their releases"
+    return version.major, version.minor, version.patch
+
+
+_KV_USAGE_NEW, _KV_USAGE_OLD = vllm_metrics.rows(Metric.KV_CACHE_USAGE)
+#: First release exposing ``vllm:kv_cache_usage_perc`` (old name deprecated).
+KV_CACHE_RENAME_VERSION: Version = _as_tuple(_KV_USAGE_NEW.since)
+#: From this release the old name is hidden unless ``show_hidden_metrics``.
+GPU_CACHE_NAME_HIDDEN_VERSION: Version = _as_tuple(_KV_USAGE_OLD.hidden_from)
+#: From this release ``vllm:gpu_cache_usage_perc`` is gone.
+GPU_CACHE_NAME_REMOVED_VERSION: Version = _as_tuple(_KV_USAGE_OLD.removed_in)
+
+DEFAULT_VLLM_VERSION = str(_DEFAULT_VERSION)
 CONTENT_TYPE_METRICS = "text/plain; version=0.0.4; charset=utf-8"
 
 # CacheConfig fields in __dict__ order (vllm/config/cache.py), in two epochs.
@@ -175,15 +183,9 @@ def parse_version(version: str) -> Version:
 
 
 def kv_usage_metric_names(version: str, *, show_hidden_metrics: bool = False) -> list[str]:
-    """The KV-cache usage gauge name(s) vLLM ``version`` exposes (see module docstring)."""
-    v = parse_version(version)
-    if v < KV_CACHE_RENAME_VERSION:
-        return ["vllm:gpu_cache_usage_perc"]
-    if v < GPU_CACHE_NAME_HIDDEN_VERSION:
-        return ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]
-    if v < GPU_CACHE_NAME_REMOVED_VERSION and show_hidden_metrics:
-        return ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]
-    return ["vllm:kv_cache_usage_perc"]
+    """The KV-cache usage gauge name(s) vLLM ``version`` exposes (``llm_autopilot.vllm.metrics``)."""
+    v = VLLMVersion(*parse_version(version))
+    return vllm_metrics.names(Metric.KV_CACHE_USAGE, v, show_hidden_metrics=show_hidden_metrics)
 
 
 @dataclasses.dataclass
@@ -307,15 +309,15 @@ def render_metrics(pod: PodMetrics) -> str:
     labels = {"model_name": pod.model_name, "engine": str(pod.engine)}
     lines: list[str] = []
     lines += _family(
-        "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.",
+        vllm_metrics.REQUESTS_RUNNING, "gauge", "Number of requests in model execution batches.",
         labels, pod.num_requests_running,
     )  # fmt: skip
     lines += _family(
-        "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.",
+        vllm_metrics.REQUESTS_WAITING, "gauge", "Number of requests waiting to be processed.",
         labels, pod.num_requests_waiting,
     )  # fmt: skip
     for name in kv_usage_metric_names(pod.vllm_version, show_hidden_metrics=pod.show_hidden_metrics):
-        if name == "vllm:kv_cache_usage_perc":
+        if name == vllm_metrics.KV_CACHE_USAGE:
             help_text = "KV-cache usage. 1 means 100 percent usage."
         elif parse_version(pod.vllm_version) >= KV_CACHE_RENAME_VERSION:
             help_text = (
@@ -325,10 +327,12 @@ def render_metrics(pod: PodMetrics) -> str:
             help_text = "GPU KV-cache usage. 1 means 100 percent usage."
         lines += _family(name, "gauge", help_text, labels, pod.kv_cache_usage_perc)
     preempt_help = "Cumulative number of preemption from the engine."
-    lines += _family("vllm:num_preemptions_total", "counter", preempt_help, labels, pod.num_preemptions_total)
-    lines += _family("vllm:num_preemptions_created", "gauge", preempt_help, labels, pod.created)
+    preemptions = vllm_metrics.PREEMPTIONS
+    lines += _family(preemptions, "counter", preempt_help, labels, pod.num_preemptions_total)
+    # prometheus_client's companion of a counter: <name without _total>_created
+    lines += _family(preemptions.removesuffix("_total") + "_created", "gauge", preempt_help, labels, pod.created)
     lines += _family(
-        "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig", cache_config_labels(pod), 1
+        vllm_metrics.CACHE_CONFIG_INFO, "gauge", "Information of the LLMEngine CacheConfig", cache_config_labels(pod), 1
     )
     return "\n".join(lines) + "\n"
 

@@ -403,12 +403,59 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else int(setting("N", 1000))
-    namespaces = int(setting("NAMESPACES", 20))
-    quiet_seconds = setting("QUIET_SECONDS", 300)
-    create_rate, apply_rate = setting("CREATE_RATE", 20), setting("APPLY_RATE", 20)
-    replica_every = int(setting("REPLICA_EVERY", 10))
+@dataclass(frozen=True)
+class Settings:
+    n: int
+    namespaces: int
+    quiet_seconds: float
+    create_rate: float
+    apply_rate: float
+    replica_every: int
+    #: the operator's resync interval (RESYNC), None for its own default
+    resync: str | None
+
+    @classmethod
+    def from_environment(cls) -> Settings:
+        n = int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1] else int(setting("N", 1000))
+        return cls(n=n, namespaces=int(setting("NAMESPACES", 20)), quiet_seconds=setting("QUIET_SECONDS", 300),
+                   create_rate=setting("CREATE_RATE", 20), apply_rate=setting("APPLY_RATE", 20),
+                   replica_every=int(setting("REPLICA_EVERY", 10)), resync=os.environ.get("RESYNC"))
+
+
+@dataclass
+class Run:
+    """What the phases share: the cluster, the operator, the objects, the watch and the figures so far."""
+
+    settings: Settings
+    cluster: Cluster
+    api: Api
+    work: Path
+    webhook_port: int
+    metrics_port: int
+    op: OperatorProcess
+    apiserver_pid: int
+    names: list[str]
+    specs: list[dict[str, Any]]
+    objects: list[tuple[str, dict[str, Any]]]
+    #: Deployments, Services and PDBs there were before the run
+    baseline: dict[str, int]
+    watch: PlannedWatch
+    figures: Figures = field(default_factory=Figures)
+    #: load averages sampled every 10 s while the run lasts
+    loads: list[float] = field(default_factory=list)
+    sampler: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def ca_file(self) -> Path:
+        return self.work / "certs" / "webhook.crt"
+
+    def writes_now(self) -> tuple[dict[str, float], float]:
+        return apiserver_writes(self.api), total(operator_metrics(self.metrics_port),
+                                                 "llm_autopilot_kubernetes_writes_total")
+
+
+def prepare(s: Settings) -> Run:
+    """The CRD applied, the Service range checked, the operator configured (not started), the load sampled."""
     env = _cluster_env()
     cluster = Cluster.load()
     api = Api(cluster)
@@ -416,212 +463,255 @@ def main() -> None:
                    capture_output=True)
     _, cidr = api.request("GET", "/apis/networking.k8s.io/v1/servicecidrs/kubernetes")
     prefix = int(str((cidr or {}).get("spec", {}).get("cidrs", ["0/24"])[0]).split("/")[1])
-    if 2 ** (32 - prefix) - 2 < n + 10:
-        raise SystemExit(f"the cluster's Service range (/{prefix}) holds fewer than {n} Services: "
+    if 2 ** (32 - prefix) - 2 < s.n + 10:
+        raise SystemExit(f"the cluster's Service range (/{prefix}) holds fewer than {s.n} Services: "
                          "`python3 hack/cluster.py down`, then `python3 hack/cluster.py up` (a fresh cluster gets "
                          "a /16; LLM_AUTOPILOT_SERVICE_CIDR sets it)")
     work = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     webhook_port, metrics_port = _free_port(), _free_port()
-    resync = os.environ.get("RESYNC")
     operator_env = {**env, "LLM_AUTOPILOT_WEBHOOK": "true", "LLM_AUTOPILOT_WEBHOOK_PORT": str(webhook_port),
                     "LLM_AUTOPILOT_WEBHOOK_CERT_DIR": str(work / "certs"), "LLM_AUTOPILOT_WEBHOOK_MANAGED": "false",
                     "LLM_AUTOPILOT_METRICS_PORT": str(metrics_port), "HF_ENDPOINT": "http://127.0.0.1:9",
                     "LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS": "1"}
     operator_env.pop("LLM_AUTOPILOT_RESYNC_SECONDS", None)
-    if resync:
-        operator_env["LLM_AUTOPILOT_RESYNC_SECONDS"] = resync
+    if s.resync:
+        operator_env["LLM_AUTOPILOT_RESYNC_SECONDS"] = s.resync
     op = OperatorProcess(operator_env, work / "operator.log", verbose=bool(os.environ.get("VERBOSE")))
-    apiserver_pid = int(cluster.pid_file("kube-apiserver").read_text())
-    names = [f"{NAMESPACE_PREFIX}{i:02d}" for i in range(namespaces)]
     specs = templates()
-    objects = [manifest(i, namespaces, replica_every, specs) for i in range(n)]
-    figures = Figures()
-    watch = PlannedWatch(cluster)
-    loads: list[float] = []
-    sampler = threading.Event()
+    run = Run(settings=s, cluster=cluster, api=api, work=work, webhook_port=webhook_port, metrics_port=metrics_port,
+              op=op, apiserver_pid=int(cluster.pid_file("kube-apiserver").read_text()),
+              names=[f"{NAMESPACE_PREFIX}{i:02d}" for i in range(s.namespaces)], specs=specs,
+              objects=[manifest(i, s.namespaces, s.replica_every, specs) for i in range(s.n)],
+              baseline={}, watch=PlannedWatch(cluster))
 
     def sample_load() -> None:  # the machine is shared: the figures come with how busy it was
-        while not sampler.wait(10):
-            loads.append(os.getloadavg()[0])
+        while not run.sampler.wait(10):
+            run.loads.append(os.getloadavg()[0])
 
     threading.Thread(target=sample_load, daemon=True).start()
-    say(f"N={n} in {namespaces} namespaces, resync {resync or 'default'} s; work dir {work}")
-    baseline = {kind: count(api, path) for kind, path in CHILD_PATHS.items()}
-    try:
-        for ns in names:
-            api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-                "name": ns, "labels": {BENCH_LABEL: "scale"}}})
-        op.start()
-        wait_until("the webhook to listen", lambda: op.alive() and listening(webhook_port), 120)
-        ca = (work / "certs" / "webhook.crt").read_bytes()
-        code, body = api.request("POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-                                 webhook_configuration(webhook_port, ca))
-        if code not in (200, 201):
-            raise RuntimeError(f"webhook configuration: {code} {body}")
-        # the API server calls the webhook once its configuration informer has it: a dry-run create that the
-        # webhook refuses (an unknown GPU) proves it
-        bad = {**objects[0][1], "spec": {**objects[0][1]["spec"], "gpu": {"product": "nvidia-a1000"}}}
-        wait_until("the API server calling the webhook", lambda: "nvidia-a1000" in str(api.request(
-            "POST", f"{GROUP_PATH}/namespaces/{names[0]}/llmdeployments?dryRun=All", bad)[1]), 60)
-        threading.Thread(target=watch.run, daemon=True).start()
+    say(f"N={s.n} in {s.namespaces} namespaces, resync {s.resync or 'default'} s; work dir {work}")
+    run.baseline = {kind: count(api, path) for kind, path in CHILD_PATHS.items()}
+    return run
 
-        # -- creation --------------------------------------------------------------------------------------
-        created: dict[str, float] = {}
-        failures: list[str] = []
-        probe = WebhookProbe(webhook_port, work / "certs" / "webhook.crt", specs[0], rate=5)
-        threading.Thread(target=probe.run, daemon=True).start()
-        histogram = webhook_histogram(api)
-        cpu0, api_cpu0, first = cpu_seconds(op.pid), cpu_seconds(apiserver_pid), time.monotonic()
 
-        def create(item: tuple[str, dict[str, Any]]) -> None:
-            ns, obj = item
-            code, body = api.request("POST", f"{GROUP_PATH}/namespaces/{ns}/llmdeployments", obj, timeout=60)
-            if code == 201:
-                created[f"{ns}/{obj['metadata']['name']}"] = time.monotonic()
-            else:
-                failures.append(f"{obj['metadata']['name']}: {code} {str(body)[:200]}")
+def start_operator(run: Run) -> None:
+    """The namespaces, the operator, its webhook registered and called by the API server, the Planned watch."""
+    api, op = run.api, run.op
+    for ns in run.names:
+        api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": ns, "labels": {BENCH_LABEL: "scale"}}})
+    op.start()
+    wait_until("the webhook to listen", lambda: op.alive() and listening(run.webhook_port), 120)
+    ca = run.ca_file.read_bytes()
+    code, body = api.request("POST", "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                             webhook_configuration(run.webhook_port, ca))
+    if code not in (200, 201):
+        raise RuntimeError(f"webhook configuration: {code} {body}")
+    # the API server calls the webhook once its configuration informer has it: a dry-run create that the
+    # webhook refuses (an unknown GPU) proves it
+    bad = {**run.objects[0][1], "spec": {**run.objects[0][1]["spec"], "gpu": {"product": "nvidia-a1000"}}}
+    wait_until("the API server calling the webhook", lambda: "nvidia-a1000" in str(api.request(
+        "POST", f"{GROUP_PATH}/namespaces/{run.names[0]}/llmdeployments?dryRun=All", bad)[1]), 60)
+    threading.Thread(target=run.watch.run, daemon=True).start()
 
-        paced(create_rate, objects, create)
-        created_in = time.monotonic() - first
-        say(f"created {len(created)} of {n} in {created_in:.0f} s ({len(failures)} refused"
-            f"{': ' + failures[0] if failures else ''})")
-        bound = max(600.0, 2 * n)
-        try:
-            wait_until(f"all {len(created)} Planned", lambda: op.alive() and len(
-                [k for k in created if k in watch.planned]) >= len(created), bound, interval=1)
-        except RuntimeError:
-            say(f"only {len(watch.planned)} Planned after {bound:.0f} s; not Planned: "
-                f"{list(watch.refused.items())[:3]}")
-        probe.stop.set()
-        all_planned = max((watch.planned[k] for k in created if k in watch.planned), default=float("nan")) - first
-        latency = [watch.planned[k] - t for k, t in created.items() if k in watch.planned]
-        creation_cpu = cpu_seconds(op.pid) - cpu0
-        figures.add("apply -> all Planned", f"{all_planned:.0f} s ({len(latency)} of {n} Planned; created at "
-                    f"{len(created) / created_in:.1f}/s)")
-        figures.add("creation -> Planned, p50 / p99", f"{percentile(latency, 0.5):.1f} s / "
-                    f"{percentile(latency, 0.99):.1f} s", "every object within 120 s")
-        figures.add("webhook during creation, p50 / p99 (direct; API server's histogram)",
-                    f"{ms(percentile(probe.latencies, 0.5))} / {ms(percentile(probe.latencies, 0.99))}; "
-                    f"{ms(histogram_quantile(histogram, webhook_histogram(api), 0.5))} / "
-                    f"{ms(histogram_quantile(histogram, webhook_histogram(api), 0.99))}")
-        figures.add("operator CPU while creating", f"{creation_cpu:.0f} s (API server "
-                    f"{cpu_seconds(apiserver_pid) - api_cpu0:.0f} s)")
-        if watch.refused:
-            figures.add("not Planned", f"{len(watch.refused)}, e.g. {next(iter(watch.refused.items()))}")
 
-        # -- at rest ---------------------------------------------------------------------------------------
-        def writes_now() -> tuple[dict[str, float], float]:
-            return apiserver_writes(api), total(operator_metrics(metrics_port), "llm_autopilot_kubernetes_writes_total")
+def create_phase(run: Run) -> None:
+    """N creates at CREATE_RATE through the webhook: until all are Planned, the webhook probed meanwhile."""
+    api, op, watch, figures, n = run.api, run.op, run.watch, run.figures, run.settings.n
+    created: dict[str, float] = {}
+    failures: list[str] = []
+    probe = WebhookProbe(run.webhook_port, run.ca_file, run.specs[0], rate=5)
+    threading.Thread(target=probe.run, daemon=True).start()
+    histogram = webhook_histogram(api)
+    cpu0, api_cpu0, first = cpu_seconds(op.pid), cpu_seconds(run.apiserver_pid), time.monotonic()
 
-        def settled() -> bool:
-            before = writes_now()
-            time.sleep(float(resync or 60) + 10)
-            return op.alive() and writes_now() == before
-
-        wait_until("no writes for a resync interval", settled, 900, interval=0)
-        writes0, opwrites0 = apiserver_writes(api), total(operator_metrics(metrics_port),
-                                                           "llm_autopilot_kubernetes_writes_total")
-        metrics0 = operator_metrics(metrics_port)
-        cpu0, api_cpu0 = cpu_seconds(op.pid), cpu_seconds(apiserver_pid)
-        say(f"quiet period: {quiet_seconds:.0f} s")
-        time.sleep(quiet_seconds)
-        op.alive()
-        cpu, api_cpu = cpu_seconds(op.pid) - cpu0, cpu_seconds(apiserver_pid) - api_cpu0
-        writes = {r: v - writes0[r] for r, v in apiserver_writes(api).items()}
-        metrics1 = operator_metrics(metrics_port)
-        opwrites = total(metrics1, "llm_autopilot_kubernetes_writes_total") - opwrites0
-        rss = memory_mib(op.pid, "VmRSS")
-        figures.add("operator RSS at rest / peak", f"{rss:.0f} / {memory_mib(op.pid, 'VmHWM'):.0f} MiB", "< 300 MiB")
-        figures.add(f"operator CPU in a {quiet_seconds:.0f}-s quiet period",
-                    f"{cpu:.1f} s ({100 * cpu / quiet_seconds:.1f} % of a core)", "< 5 % of a core")
-        figures.add("API server CPU in the quiet period",
-                    f"{api_cpu:.1f} s ({100 * api_cpu / quiet_seconds:.1f} % of a core)", "barely notices")
-        figures.add("API writes in the quiet period", f"{sum(writes.values()):.0f} ("
-                    + ", ".join(f"{r} {v:.0f}" for r, v in writes.items()) + f"; operator's counter {opwrites:.0f})",
-                    "0")
-        for name, label in (("llm_autopilot_resyncs_total", "resyncs"),
-                            ("llm_autopilot_prometheus_queries_total", "Prometheus queries")):
-            if name in metrics1:
-                change = {labels.get("result", ""): value - total(metrics0, name, **labels)
-                          for labels, value in samples(metrics1, name)}
-                figures.add(f"{label} in the quiet period", ", ".join(f"{k or 'all'} {v:.0f}"
-                                                                      for k, v in sorted(change.items())))
-
-        # -- the webhook under load ------------------------------------------------------------------------
-        probe = WebhookProbe(webhook_port, work / "certs" / "webhook.crt", specs[0], rate=5)
-        threading.Thread(target=probe.run, daemon=True).start()
-        histogram, round_trips = webhook_histogram(api), []
-
-        def dry_run(i: int) -> None:
-            ns, obj = manifest(n + i, namespaces, replica_every, specs)
-            started = time.monotonic()
-            code, _ = api.request("POST", f"{GROUP_PATH}/namespaces/{ns}/llmdeployments?dryRun=All", obj, timeout=60)
-            if code == 201:
-                round_trips.append(time.monotonic() - started)
-
-        paced(apply_rate, list(range(int(30 * apply_rate))), dry_run)
-        probe.stop.set()
-        after = webhook_histogram(api)
-        figures.add(f"webhook at {apply_rate:.0f} applies/s with {n} resyncing, p50 / p99 (direct)",
-                    f"{ms(percentile(probe.latencies, 0.5))} / {ms(percentile(probe.latencies, 0.99))} "
-                    f"({len(probe.latencies)} reviews, {probe.errors} errors)", "p99 < 100 ms")
-        figures.add("  the same, API server's webhook histogram p50 / p99",
-                    f"{ms(histogram_quantile(histogram, after, 0.5))} / "
-                    f"{ms(histogram_quantile(histogram, after, 0.99))}")
-        figures.add("  dry-run create round trip p50 / p99", f"{ms(percentile(round_trips, 0.5))} / "
-                    f"{ms(percentile(round_trips, 0.99))} ({len(round_trips)} applies)")
-
-        # -- restart ---------------------------------------------------------------------------------------
-        writes0 = apiserver_writes(api)
-        op.stop()
-        restarted = time.monotonic()
-        op.start()
-
-        def checked() -> bool:
-            text = operator_metrics(metrics_port)
-            return op.alive() and total(text, "llm_autopilot_llmdeployments_checked") >= n
-
-        if "llm_autopilot_llmdeployments_checked" in metrics1:
-            wait_until("every object checked after the restart", checked, 600, interval=0.5)
-            all_checked = time.monotonic() - restarted
-            time.sleep(5)
-            writes = {r: v - writes0[r] for r, v in apiserver_writes(api).items()}
-            opwrites = total(operator_metrics(metrics_port), "llm_autopilot_kubernetes_writes_total")
-            figures.add(f"restart with {n} objects: every object checked", f"{all_checked:.0f} s, "
-                        f"{sum(writes.values()):.0f} writes (" + ", ".join(f"{r} {v:.0f}" for r, v in writes.items())
-                        + f"; operator's counter {opwrites:.0f})", "60 s, 0 writes")
+    def create(item: tuple[str, dict[str, Any]]) -> None:
+        ns, obj = item
+        code, body = api.request("POST", f"{GROUP_PATH}/namespaces/{ns}/llmdeployments", obj, timeout=60)
+        if code == 201:
+            created[f"{ns}/{obj['metadata']['name']}"] = time.monotonic()
         else:
-            figures.add("restart", "not measured: this operator has no llm_autopilot_llmdeployments_checked")
+            failures.append(f"{obj['metadata']['name']}: {code} {str(body)[:200]}")
 
-        # -- deletion --------------------------------------------------------------------------------------
-        wait_until("the operator up", lambda: op.alive() and listening(metrics_port), 120)
+    paced(run.settings.create_rate, run.objects, create)
+    created_in = time.monotonic() - first
+    say(f"created {len(created)} of {n} in {created_in:.0f} s ({len(failures)} refused"
+        f"{': ' + failures[0] if failures else ''})")
+    bound = max(600.0, 2 * n)
+    try:
+        wait_until(f"all {len(created)} Planned", lambda: op.alive() and len(
+            [k for k in created if k in watch.planned]) >= len(created), bound, interval=1)
+    except RuntimeError:
+        say(f"only {len(watch.planned)} Planned after {bound:.0f} s; not Planned: "
+            f"{list(watch.refused.items())[:3]}")
+    probe.stop.set()
+    all_planned = max((watch.planned[k] for k in created if k in watch.planned), default=float("nan")) - first
+    latency = [watch.planned[k] - t for k, t in created.items() if k in watch.planned]
+    creation_cpu = cpu_seconds(op.pid) - cpu0
+    figures.add("apply -> all Planned", f"{all_planned:.0f} s ({len(latency)} of {n} Planned; created at "
+                f"{len(created) / created_in:.1f}/s)")
+    figures.add("creation -> Planned, p50 / p99", f"{percentile(latency, 0.5):.1f} s / "
+                f"{percentile(latency, 0.99):.1f} s", "every object within 120 s")
+    figures.add("webhook during creation, p50 / p99 (direct; API server's histogram)",
+                f"{ms(percentile(probe.latencies, 0.5))} / {ms(percentile(probe.latencies, 0.99))}; "
+                f"{ms(histogram_quantile(histogram, webhook_histogram(api), 0.5))} / "
+                f"{ms(histogram_quantile(histogram, webhook_histogram(api), 0.99))}")
+    figures.add("operator CPU while creating", f"{creation_cpu:.0f} s (API server "
+                f"{cpu_seconds(run.apiserver_pid) - api_cpu0:.0f} s)")
+    if watch.refused:
+        figures.add("not Planned", f"{len(watch.refused)}, e.g. {next(iter(watch.refused.items()))}")
+
+
+def quiet_phase(run: Run) -> str:
+    """Once no writes come for a resync interval: CPU, writes and memory over QUIET_SECONDS at rest.
+
+    Returns the operator's /metrics at the end, which the restart phase reads."""
+    api, op, figures, metrics_port = run.api, run.op, run.figures, run.metrics_port
+    quiet_seconds, resync = run.settings.quiet_seconds, run.settings.resync
+
+    def settled() -> bool:
+        before = run.writes_now()
+        time.sleep(float(resync or 60) + 10)
+        return op.alive() and run.writes_now() == before
+
+    wait_until("no writes for a resync interval", settled, 900, interval=0)
+    writes0, opwrites0 = apiserver_writes(api), total(operator_metrics(metrics_port),
+                                                       "llm_autopilot_kubernetes_writes_total")
+    metrics0 = operator_metrics(metrics_port)
+    cpu0, api_cpu0 = cpu_seconds(op.pid), cpu_seconds(run.apiserver_pid)
+    say(f"quiet period: {quiet_seconds:.0f} s")
+    time.sleep(quiet_seconds)
+    op.alive()
+    cpu, api_cpu = cpu_seconds(op.pid) - cpu0, cpu_seconds(run.apiserver_pid) - api_cpu0
+    writes = {r: v - writes0[r] for r, v in apiserver_writes(api).items()}
+    metrics1 = operator_metrics(metrics_port)
+    opwrites = total(metrics1, "llm_autopilot_kubernetes_writes_total") - opwrites0
+    rss = memory_mib(op.pid, "VmRSS")
+    figures.add("operator RSS at rest / peak", f"{rss:.0f} / {memory_mib(op.pid, 'VmHWM'):.0f} MiB", "< 300 MiB")
+    figures.add(f"operator CPU in a {quiet_seconds:.0f}-s quiet period",
+                f"{cpu:.1f} s ({100 * cpu / quiet_seconds:.1f} % of a core)", "< 5 % of a core")
+    figures.add("API server CPU in the quiet period",
+                f"{api_cpu:.1f} s ({100 * api_cpu / quiet_seconds:.1f} % of a core)", "barely notices")
+    figures.add("API writes in the quiet period", f"{sum(writes.values()):.0f} ("
+                + ", ".join(f"{r} {v:.0f}" for r, v in writes.items()) + f"; operator's counter {opwrites:.0f})",
+                "0")
+    for name, label in (("llm_autopilot_resyncs_total", "resyncs"),
+                        ("llm_autopilot_prometheus_queries_total", "Prometheus queries")):
+        if name in metrics1:
+            change = {labels.get("result", ""): value - total(metrics0, name, **labels)
+                      for labels, value in samples(metrics1, name)}
+            figures.add(f"{label} in the quiet period", ", ".join(f"{k or 'all'} {v:.0f}"
+                                                                  for k, v in sorted(change.items())))
+    return metrics1
+
+
+def webhook_phase(run: Run) -> None:
+    """The webhook's latency while APPLY_RATE dry-run creates a second arrive for 30 s and the N resync."""
+    api, figures, s = run.api, run.figures, run.settings
+    probe = WebhookProbe(run.webhook_port, run.ca_file, run.specs[0], rate=5)
+    threading.Thread(target=probe.run, daemon=True).start()
+    histogram = webhook_histogram(api)
+    round_trips: list[float] = []
+
+    def dry_run(i: int) -> None:
+        ns, obj = manifest(s.n + i, s.namespaces, s.replica_every, run.specs)
         started = time.monotonic()
-        for ns in names:
-            api.request("DELETE", f"{GROUP_PATH}/namespaces/{ns}/llmdeployments", timeout=300)
-        deleted = time.monotonic() - started
-        wait_until("every LLMDeployment gone", lambda: count(api, f"{GROUP_PATH}/llmdeployments") == 0, 600)
-        objects_gone = time.monotonic() - started
-        wait_until("every child gone", lambda: all(count(api, path) <= baseline[kind]
-                                                   for kind, path in CHILD_PATHS.items()), 900, interval=1)
-        children_gone = time.monotonic() - started
-        time.sleep(10)
-        figures.add(f"delete {n}: LLMDeployments / Deployments, Services, PDBs gone",
-                    f"{objects_gone:.0f} s / {children_gone:.0f} s (the delete calls took {deleted:.0f} s)", "60 s")
-        figures.add("operator RSS after the deletes", f"{memory_mib(op.pid, 'VmRSS'):.0f} MiB")
-    finally:
-        watch.stop.set()
-        sampler.set()
-        op.stop()
-        api.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{WEBHOOK_NAME}")
-        for ns in names:
-            with contextlib.suppress(OSError):
-                api.request("DELETE", f"/api/v1/namespaces/{ns}")
-    print(f"\nbench-scale: N={n} LLMDeployments in {namespaces} namespaces, one operator replica, resync "
-          f"{resync or 'default (60)'} s, webhook on; {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load "
+        code, _ = api.request("POST", f"{GROUP_PATH}/namespaces/{ns}/llmdeployments?dryRun=All", obj, timeout=60)
+        if code == 201:
+            round_trips.append(time.monotonic() - started)
+
+    paced(s.apply_rate, list(range(int(30 * s.apply_rate))), dry_run)
+    probe.stop.set()
+    after = webhook_histogram(api)
+    figures.add(f"webhook at {s.apply_rate:.0f} applies/s with {s.n} resyncing, p50 / p99 (direct)",
+                f"{ms(percentile(probe.latencies, 0.5))} / {ms(percentile(probe.latencies, 0.99))} "
+                f"({len(probe.latencies)} reviews, {probe.errors} errors)", "p99 < 100 ms")
+    figures.add("  the same, API server's webhook histogram p50 / p99",
+                f"{ms(histogram_quantile(histogram, after, 0.5))} / "
+                f"{ms(histogram_quantile(histogram, after, 0.99))}")
+    figures.add("  dry-run create round trip p50 / p99", f"{ms(percentile(round_trips, 0.5))} / "
+                f"{ms(percentile(round_trips, 0.99))} ({len(round_trips)} applies)")
+
+
+def restart_phase(run: Run, metrics_before: str) -> None:
+    """The operator stopped and started with N objects present: until every one is checked, and the writes.
+
+    ``metrics_before`` (the quiet phase's /metrics) says whether this operator counts checked objects."""
+    api, op, figures, n, metrics_port = run.api, run.op, run.figures, run.settings.n, run.metrics_port
+    writes0 = apiserver_writes(api)
+    op.stop()
+    restarted = time.monotonic()
+    op.start()
+
+    def checked() -> bool:
+        text = operator_metrics(metrics_port)
+        return op.alive() and total(text, "llm_autopilot_llmdeployments_checked") >= n
+
+    if "llm_autopilot_llmdeployments_checked" in metrics_before:
+        wait_until("every object checked after the restart", checked, 600, interval=0.5)
+        all_checked = time.monotonic() - restarted
+        time.sleep(5)
+        writes = {r: v - writes0[r] for r, v in apiserver_writes(api).items()}
+        opwrites = total(operator_metrics(metrics_port), "llm_autopilot_kubernetes_writes_total")
+        figures.add(f"restart with {n} objects: every object checked", f"{all_checked:.0f} s, "
+                    f"{sum(writes.values()):.0f} writes (" + ", ".join(f"{r} {v:.0f}" for r, v in writes.items())
+                    + f"; operator's counter {opwrites:.0f})", "60 s, 0 writes")
+    else:
+        figures.add("restart", "not measured: this operator has no llm_autopilot_llmdeployments_checked")
+
+
+def delete_phase(run: Run) -> None:
+    """Every LLMDeployment deleted, namespace by namespace: until they and their children are gone."""
+    api, op, figures, n = run.api, run.op, run.figures, run.settings.n
+    wait_until("the operator up", lambda: op.alive() and listening(run.metrics_port), 120)
+    started = time.monotonic()
+    for ns in run.names:
+        api.request("DELETE", f"{GROUP_PATH}/namespaces/{ns}/llmdeployments", timeout=300)
+    deleted = time.monotonic() - started
+    wait_until("every LLMDeployment gone", lambda: count(api, f"{GROUP_PATH}/llmdeployments") == 0, 600)
+    objects_gone = time.monotonic() - started
+    wait_until("every child gone", lambda: all(count(api, path) <= run.baseline[kind]
+                                               for kind, path in CHILD_PATHS.items()), 900, interval=1)
+    children_gone = time.monotonic() - started
+    time.sleep(10)
+    figures.add(f"delete {n}: LLMDeployments / Deployments, Services, PDBs gone",
+                f"{objects_gone:.0f} s / {children_gone:.0f} s (the delete calls took {deleted:.0f} s)", "60 s")
+    figures.add("operator RSS after the deletes", f"{memory_mib(op.pid, 'VmRSS'):.0f} MiB")
+
+
+def clean_up(run: Run) -> None:
+    """Whatever the phases got to: the threads, the operator, the webhook configuration, the namespaces."""
+    run.watch.stop.set()
+    run.sampler.set()
+    run.op.stop()
+    run.api.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{WEBHOOK_NAME}")
+    for ns in run.names:
+        with contextlib.suppress(OSError):
+            run.api.request("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+def report(run: Run) -> None:
+    s, loads = run.settings, run.loads
+    print(f"\nbench-scale: N={s.n} LLMDeployments in {s.namespaces} namespaces, one operator replica, resync "
+          f"{s.resync or 'default (60)'} s, webhook on; {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load "
           f"average over the run {statistics.mean(loads) if loads else float('nan'):.1f} "
           f"(max {max(loads, default=0):.1f})")
-    print(figures.table())
-    say(f"operator log: {op.log}")
+    print(run.figures.table())
+    say(f"operator log: {run.op.log}")
+
+
+def main() -> None:
+    run = prepare(Settings.from_environment())
+    try:
+        start_operator(run)
+        create_phase(run)
+        metrics = quiet_phase(run)
+        webhook_phase(run)
+        restart_phase(run, metrics)
+        delete_phase(run)
+    finally:
+        clean_up(run)
+    report(run)
 
 
 if __name__ == "__main__":

@@ -5,16 +5,26 @@ The termination message (``FallbackToLogsOnError``) holds only the last 80 lines
 vLLM's root cause ("... the estimated maximum model length is N ...") sits further up, before the API
 server's traceback, so the previous log is classified when the shell could read it (shared/notes/vllm-cpu.md).
 Only vLLM's own error line counts: the last line that says it, never a match anywhere in the text (a logged
-prompt may say anything). Messages are vLLM's own (shared/notes/vllm-memory.md; vLLM 0.10-0.33 source).
+prompt may say anything). Messages are vLLM's own: the patterns live in vllm/errors.py.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from llm_autopilot.remediation.text import clean_line, last_line_with, last_nonempty_line
+from llm_autopilot.vllm.errors import (
+    CUDA_OOM,
+    ENGINE_DEAD,
+    ESTIMATED_MAX_LEN,
+    KV_NEEDED,
+    NO_CACHE_BLOCKS,
+    OLD_KV_CAPACITY,
+    OLD_KV_CAPACITY_TOKENS,
+    SERVING,
+    STARTUP_MARKERS,
+)
 
 
 class Signal(StrEnum):
@@ -44,38 +54,21 @@ class Classification:
 #: where the text came from, for the evidence
 TERMINATION_MESSAGE = "termination message (FallbackToLogsOnError log tail)"
 
-_ESTIMATED_LEN = re.compile(r"estimated maximum model length is (\d+)")
-_OLD_KV_CAPACITY = re.compile(
-    r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)")
-_KV_NEEDED = "KV cache is needed, which is larger than the available KV cache memory"
-_NO_KV = "No available memory for the cache blocks"
-_CUDA_OOM = ("CUDA out of memory", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError", "CUDA error: out of memory",
-             "Failed to load model - not enough GPU memory", "CUDA out of memory occurred when warming up sampler")
-#: the failure happened before serving: loading, profiling, sampler warm-up, graph capture
-_STARTUP_MARKERS = ("Engine core initialization failed", "Failed to load model", "warming up sampler",
-                    "determine_available_memory", "profile_run", "load_model", "capture_model",
-                    "initialize_engine", "_initialize_kv_caches", "Loading model weights")
-#: uvicorn's line once the API server serves: a later CUDA OOM happened under load, whatever start-up lines
-#: (e.g. "Loading model weights took ...") a whole log holds above it
-_SERVING = "Application startup complete"
-_ENGINE_DEAD = "EngineCore encountered a fatal error"
-
-
 def _kv_capacity(text: str) -> tuple[int | None, str] | None:
     """(N or None, vLLM's line) from the last "KV cache is needed" line, or the pre-0.10 sentence."""
-    line = last_line_with(text, _KV_NEEDED)
+    line = last_line_with(text, KV_NEEDED)
     if line is not None:
-        estimates = _ESTIMATED_LEN.findall(line)
+        estimates = ESTIMATED_MAX_LEN.findall(line)
         return (int(estimates[-1]) if estimates else None), line
-    line = last_line_with(text, "is larger than the maximum number of tokens that can be stored in KV cache")
-    if line is not None and (matches := _OLD_KV_CAPACITY.findall(line)):
+    line = last_line_with(text, OLD_KV_CAPACITY)
+    if line is not None and (matches := OLD_KV_CAPACITY_TOKENS.findall(line)):
         return int(matches[-1][1]), line
     return None
 
 
 def _started_serving_before(text: str, line: str) -> bool:
     head = text[: text.rfind(line)]
-    return _SERVING in head
+    return SERVING in head
 
 
 def classify_termination(reason: str | None, exit_code: int | None, message: str | None, *,
@@ -95,18 +88,18 @@ def classify_termination(reason: str | None, exit_code: int | None, message: str
         summary = (f"max_model_len does not fit the KV cache; vLLM estimated {n}" if n is not None
                    else "max_model_len does not fit the KV cache")
         return Classification(Signal.KV_CAPACITY, summary, n, evidence(line))
-    if (no_kv := last_line_with(text, _NO_KV)) is not None:
+    if (no_kv := last_line_with(text, NO_CACHE_BLOCKS)) is not None:
         return Classification(Signal.NO_KV_MEMORY, "no memory was left for the KV cache", evidence=evidence(no_kv))
-    if (oom := last_line_with(text, *_CUDA_OOM)) is not None:
-        at_startup = not _started_serving_before(text, oom) and any(m in text for m in _STARTUP_MARKERS)
+    if (oom := last_line_with(text, *CUDA_OOM)) is not None:
+        at_startup = not _started_serving_before(text, oom) and any(m in text for m in STARTUP_MARKERS)
         if at_startup:
             return Classification(Signal.CUDA_OOM_STARTUP, "CUDA out of memory while starting (load/profile)",
                                   evidence=evidence(oom))
         return Classification(Signal.CUDA_OOM_RUNTIME, "CUDA out of memory while serving", evidence=evidence(oom))
-    if exit_code == 0 and (not text.strip() or _ENGINE_DEAD in text):
+    if exit_code == 0 and (not text.strip() or ENGINE_DEAD in text):
         return Classification(Signal.ENGINE_DIED, "the engine exited with code 0 and no message (vLLM #48966); "
                               "check the previous container's logs",
-                              evidence=evidence(last_line_with(text, _ENGINE_DEAD)))
+                              evidence=evidence(last_line_with(text, ENGINE_DEAD)))
     why = clean_line(reason or "", 64) or "no reason"
     return Classification(Signal.OTHER_CRASH, f"exited with code {exit_code} ({why}); not a memory failure",
                           evidence=evidence(last_nonempty_line(text)))

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from llm_autopilot.remediation.classify import Classification, Signal
+from llm_autopilot.vllm.metrics import KV_CACHE_USAGE, KV_CACHE_USAGE_NAMES, PREEMPTIONS, REQUESTS_WAITING
 
-#: vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc in 0.9.2 (both until 0.11): read either
-USAGE_METRICS = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+#: every name vLLM has given the KV-cache usage gauge (vllm/metrics.py), newest first: read either
+USAGE_METRICS = KV_CACHE_USAGE_NAMES
 
 
 def saturated_query(metric: str, selector: str, window: int, threshold: float) -> str:
@@ -28,8 +29,8 @@ def saturated_query(metric: str, selector: str, window: int, threshold: float) -
     high (0.95) with no preemption and no queue."""
     usage = f"{metric}{{{selector}}}"
     return (f"max((avg_over_time({usage}[{window}s]) >= {threshold})"
-            f" and on(namespace, pod) (increase(vllm:num_preemptions_total{{{selector}}}[{window}s]) > 0)"
-            f" and on(namespace, pod) (min_over_time(vllm:num_requests_waiting{{{selector}}}[{window}s]) >= 1)"
+            f" and on(namespace, pod) (increase({PREEMPTIONS}{{{selector}}}[{window}s]) > 0)"
+            f" and on(namespace, pod) (min_over_time({REQUESTS_WAITING}{{{selector}}}[{window}s]) >= 1)"
             f" and on(namespace, pod) ({usage} offset {window}s))")
 
 
@@ -57,9 +58,9 @@ class PreemptionSaturationRule:
         saturated = {metric: saturated_query(metric, selector, window, threshold) for metric in USAGE_METRICS}
         # the evidence: what the pods showed over the same window
         return {**saturated,
-                "peak": f"max(max_over_time(vllm:kv_cache_usage_perc{{{selector}}}[{window}s]))",
-                "preemptions": f"max(increase(vllm:num_preemptions_total{{{selector}}}[{window}s]))",
-                "waiting": f"max(min_over_time(vllm:num_requests_waiting{{{selector}}}[{window}s]))"}
+                "peak": f"max(max_over_time({KV_CACHE_USAGE}{{{selector}}}[{window}s]))",
+                "preemptions": f"max(increase({PREEMPTIONS}{{{selector}}}[{window}s]))",
+                "waiting": f"max(min_over_time({REQUESTS_WAITING}{{{selector}}}[{window}s]))"}
 
     def judge(self, values: Mapping[str, float | None], queries: Mapping[str, str], *, window: int,
               threshold: float, observed_at: str) -> Classification | None:

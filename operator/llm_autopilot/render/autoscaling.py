@@ -14,12 +14,11 @@ from typing import Any
 from llm_autopilot.api import GROUP, KIND, VERSION
 from llm_autopilot.api.v1alpha1 import AutoscalingPolicy
 from llm_autopilot.render.kubernetes import Owner, metadata, with_hash
+from llm_autopilot.vllm.metrics import KV_CACHE_USAGE_NAMES, REQUESTS_WAITING
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
 KEDA_CRD = "scaledobjects.keda.sh"
-KV_USAGE = "vllm:kv_cache_usage_perc"
-KV_USAGE_BEFORE_0_9_2 = "vllm:gpu_cache_usage_perc"
-WAITING = "vllm:num_requests_waiting"
+WAITING = REQUESTS_WAITING
 #: the label the chart's PodMonitor (and the local cluster's scrape targets) give every vLLM series
 DEPLOYMENT_LABEL = "llmdeployment"
 
@@ -29,9 +28,9 @@ def _matcher(owner: Owner) -> str:
 
 
 def kv_usage_query(owner: Owner) -> str:
-    """Summed KV-cache usage of the deployment's pods (either name vLLM has used for the gauge)."""
+    """Summed KV-cache usage of the deployment's pods (every name vLLM has used for the gauge)."""
     m = _matcher(owner)
-    return f"sum({KV_USAGE}{{{m}}} or {KV_USAGE_BEFORE_0_9_2}{{{m}}})"
+    return "sum(" + " or ".join(f"{name}{{{m}}}" for name in KV_CACHE_USAGE_NAMES) + ")"
 
 
 def waiting_query(owner: Owner) -> str:
