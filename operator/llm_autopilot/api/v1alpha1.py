@@ -492,8 +492,11 @@ class VLLMSettings(APIModel):
     )
     extra_args: list[ExtraArg] = Field(
         default_factory=list, max_length=64,
-        description="Extra `vllm serve` arguments, appended after the planned ones. Not --port, --host, --uds "
-        "(the Service and the probes use port 8000), --api-key or --hf-token (use env with a secretKeyRef).",
+        description="Extra `vllm serve` arguments, appended after the planned ones. A flag the operator owns "
+        "(--max-model-len, -tp, --gpu-memory-utilization, --kv-cache-dtype, -O, --nnodes, ...: the README's table) "
+        "is refused in any spelling, with the spec field that sets it; so are --port, --host, --uds (the Service "
+        "and the probes use port 8000), --api-key, --hf-token (use env with a secretKeyRef) and $( (the kubelet "
+        "would expand it: write $$( for a literal $().",
     )
     env: list[EnvVar] = Field(
         default_factory=list, max_length=64, description="Extra environment variables for vLLM.",
