@@ -146,7 +146,7 @@ def secret_env_name(name: str) -> bool:
 
 
 def env_name_problem(name: str) -> str | None:
-    if name.upper().startswith(OWNED_ENV_PREFIXES):
+    if name.startswith(OWNED_ENV_PREFIXES):  # as the CRD's CEL rule: env names are case-sensitive
         return (f"{name} is refused: names starting with {' or '.join(OWNED_ENV_PREFIXES)} are set by the operator "
                 "(and LeaderWorkerSet) for the pods of a replica across nodes")
     return None
