@@ -140,7 +140,13 @@ def env(h: bool) -> st.SearchStrategy[list[dict[str, Any]]]:
     )
     broken = st.sampled_from([{}, {"secretRef": {"name": "s"}},
                               {"fieldRef": {"fieldPath": "metadata.name"}, "secretKeyRef": {"name": "s", "key": "k"}}])
-    literal = st.fixed_dictionaries({"name": names_}, optional={"value": pick(h, st.sampled_from(["1", "", "DEBUG"]))})
+    values = pick(h, st.sampled_from(["1", "", "DEBUG", "$$(x)", "cost $5"]),
+                  st.sampled_from(["$(OVR)", "--max-model-len=1", "sk-SECRET"]))
+    secret_literal = st.fixed_dictionaries({"name": st.sampled_from(["HF_TOKEN", "OPENAI_API_KEY", "DB_PASSWORD",
+                                                                     "LWS_WORKER_INDEX", "LLM_AUTOPILOT_X"]),
+                                            "value": st.just("sk-SECRET")})
+    literal = st.fixed_dictionaries({"name": names_}, optional={"value": values})
+    literal = pick(h, literal, secret_literal)
     sourced = st.fixed_dictionaries({"name": names_, "valueFrom": pick(h, source, broken)},
                                     optional={"value": pick(h, st.just(""), st.just("x"))})
     return st.lists(literal | sourced, max_size=3, unique_by=None if h else (lambda v: v["name"]))
@@ -157,11 +163,15 @@ def resources(h: bool) -> st.SearchStrategy[dict[str, Any]]:
 
 
 def vllm(h: bool) -> st.SearchStrategy[dict[str, Any]]:
-    args = pick(h, st.sampled_from(["--enable-prefix-caching", "--max-model-len", "4096", "--max_model_len=2048",
-                                    "--trust-remote-code", "--compilation-config.level=3", "-O3", "-1.5",
-                                    "--chat-template=" + "x" * 3000]),
+    args = pick(h, st.sampled_from(["--enable-prefix-caching", "4096", "--trust-remote-code", "-1.5",
+                                    "--chat-template=" + "x" * 3000, "--kv-offloading-size", "--seed", "$$(x)"]),
                 st.sampled_from(["--api-key", "sk-x", "--api-key=sk", "--port", "9000", "--host", "0.0.0.0", "--uds",
-                                 "/tmp/s", "", "a\x00b", "--swap-space", "--hf-token", "x" * 5000]))
+                                 "/tmp/s", "", "a\x00b", "--swap-space", "--hf-token", "x" * 5000,
+                                 # issue 15: owned flags in every spelling, and what the kubelet expands
+                                 "--max-model-len", "--max_model_len=2048", "--max-model=1", "-tp", "-t",
+                                 "--tensor_parallel_size=99", "--kv_cache_dtype", "--compilation-config.level=3",
+                                 "-O0", "-O3", "-cc", "--nnodes", "-n2", "--node-rank=1", "--headless",
+                                 "--master-addr", "-dp", "--config", "$(OVR)", "--x=$(HOME)", "$$$(A)"]))
     return st.fixed_dictionaries({}, optional={
         "image": pick(h, st.sampled_from(["vllm/vllm-openai:v0.33.0", "registry.local:5000/vllm:v1", "Vllm/x",
                                           "vllm/vllm-openai@sha256:" + "a" * 64]),
@@ -188,7 +198,11 @@ def specs(h: bool) -> st.SearchStrategy[dict[str, Any]]:
         "replicas": pick(h, st.sampled_from([0, 1, 2]), st.sampled_from([-1, 1001])),
         "remediation": st.fixed_dictionaries({}, optional={
             "floors": st.fixed_dictionaries({}, optional={"minMaxModelLen": st.sampled_from([1024, 10**6])}),
-            "maxReplicas": st.sampled_from([1, 4])}),
+            "maxReplicas": st.sampled_from([1, 4]),
+            # issue 15: numbers the code downstream cannot handle
+            "cooldownSeconds": pick(h, st.sampled_from([0, 600]), st.sampled_from([10**12, 2**63 - 1])),
+            "kvSaturationWindowSeconds": pick(h, st.sampled_from([60, 300]), st.sampled_from([10**9, 86401])),
+            "stableWindowSeconds": pick(h, st.sampled_from([60, 3600]), st.just(10**15))}),
     })
 
 
@@ -301,6 +315,15 @@ KNOWN = [
            "remediation": {"floors": {"minMaxModelLen": 9000}}}),
     ("x", {"model": Q8, "gpu": L4, "vllm": {"extraArgs": ["x" * 100_000]}}),  # the unbounded extraArg
     ("x", {"model": {"name": "meta-llama/Llama-3.1-405B"}, "gpu": {"product": "nvidia-h100-80gb", "maxGPUs": 4}}),
+    # issue 15: owned flags, $(VAR), huge numbers, credentials in env, a 1 MiB spec
+    ("x", {"model": Q8, "gpu": L4, "vllm": {"extraArgs": ["--max_model_len=1"]}}),
+    ("x", {"model": Q8, "gpu": L4, "vllm": {"extraArgs": ["-tp", "99", "--nnodes", "2", "--headless"]}}),
+    ("x", {"model": Q8, "gpu": L4, "vllm": {"extraArgs": ["$(OVR)"],
+                                            "env": [{"name": "OVR", "value": "--max-model-len=1"}]}}),
+    ("x", {"model": Q8, "gpu": L4, "remediation": {"cooldownSeconds": 10**12}}),
+    ("x", {"model": Q8, "gpu": L4, "remediation": {"kvSaturationWindowSeconds": 10**12}}),
+    ("x", {"model": Q8, "gpu": L4, "vllm": {"env": [{"name": "VLLM_API_KEY", "value": "sk-SECRET"}]}}),
+    ("x", {"model": Q8, "gpu": L4, "vllm": {"env": [{"name": f"V{i}", "value": "x" * 16384} for i in range(64)]}}),
 ]
 
 
@@ -362,6 +385,17 @@ CRD_REFUSES = [
     ("x", {"model": {**Q8, "variants": {"fp8": "--trust-remote-code"}}}, "spec.model.variants.fp8"),
     ("x", {"model": Q8, "serving": {"allowedKVCacheDtypes": []}}, "spec.serving.allowedKVCacheDtypes"),
     ("x", {"model": Q8, "vllm": {"extraArgs": ["x" * 5000]}}, "spec.vllm.extraArgs[0]"),
+    # issue 15
+    ("x", {"model": Q8, "vllm": {"extraArgs": ["$(OVR)"]}}, "spec.vllm.extraArgs[0]"),
+    ("x", {"model": Q8, "vllm": {"env": [{"name": "OVR", "value": "--x=$(HOME)"}]}}, "spec.vllm.env[0].value"),
+    ("x", {"model": Q8, "vllm": {"env": [{"name": "VLLM_API_KEY", "value": "sk"}]}}, "secretKeyRef"),
+    ("x", {"model": Q8, "vllm": {"env": [{"name": "LWS_WORKER_INDEX", "value": "1"}]}}, "set by the operator"),
+    ("x", {"model": Q8, "remediation": {"cooldownSeconds": 10**12}}, "spec.remediation.cooldownSeconds"),
+    ("x", {"model": Q8, "remediation": {"kvSaturationWindowSeconds": 10**12}},
+     "spec.remediation.kvSaturationWindowSeconds"),
+    ("x", {"model": Q8, "vllm": {"maxNumSeqs": 10**12}}, "spec.vllm.maxNumSeqs"),
+    ("x", {"model": Q8, "vllm": {"env": [{"name": f"V{i}", "value": "x" * 16384} for i in range(64)]}},
+     "spec.vllm.env[0].value"),  # 1 MiB: refused by the schema naming the field, not by a webhook's 413
 ]
 
 
@@ -373,3 +407,22 @@ def test_the_crd_alone_refuses_what_the_api_server_would_reject(kubectl: Kubectl
     assert result.returncode != 0, f"the API server stored {spec}"
     assert "denied the request" not in result.stderr  # the schema and CEL refused it, before any webhook
     assert needle in result.stderr, result.stderr
+
+
+# --- the scale subresource of an object without spec.replicas (issue 15) ---------------------------------------
+
+
+def test_an_object_without_replicas_has_a_working_scale_subresource(kubectl: Kubectl, namespace: str) -> None:
+    """The CRD defaults spec.replicas to 1: /scale answers (it was a 500, "the spec replicas field does not
+    exist") and `kubectl get llmd` shows REPLICAS. No operator: this is the API server's own doing."""
+    name = "no-replicas"
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(llmd(name, {"model": Q8, "gpu": L4})))
+    assert kubectl.json("llmd", name, "-n", namespace)["spec"]["replicas"] == 1
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/llmdeployments/{name}/scale"
+    scale = json.loads(kubectl("get", "--raw", path).stdout)
+    assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 1, scale
+    header, row = kubectl("get", "llmd", name, "-n", namespace).stdout.splitlines()[:2]
+    start = header.index("REPLICAS")  # columns are left-aligned under their header
+    assert row[start:start + len("REPLICAS")].strip() == "1", (header, row)
+    kubectl("scale", "llmd", name, "-n", namespace, "--replicas=2")
+    assert json.loads(kubectl("get", "--raw", path).stdout)["spec"]["replicas"] == 2

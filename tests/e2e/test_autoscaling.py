@@ -148,3 +148,27 @@ def test_kubectl_scale_drives_the_replicas(kubectl: Kubectl, operator: Operator,
     wait_for("2 pods Ready", lambda: ready_pods(kubectl, namespace) == 2, timeout=SCALE_SECONDS)
     wait_for("status.readyReplicas 2", lambda: kubectl.json("llmd", NAME, "-n", namespace)["status"].get(
         "readyReplicas") == 2, timeout=60)
+
+
+def test_autoscaling_without_replicas_gives_keda_a_scale_target(kubectl: Kubectl, operator: Operator,
+                                                                 namespace: str) -> None:
+    """Issue 15: with spec.autoscaling and no spec.replicas, the ScaledObject was created and KEDA refused it ("the
+    spec replicas field does not exist"): half-applied. The CRD's default makes /scale answer, so KEDA's own
+    Ready condition turns True and its HPA reads the LLMDeployment."""
+    body = autoscaled()
+    del body["spec"]["replicas"]
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+    wait_condition(kubectl, namespace, NAME, "Planned", "True", timeout=90)
+
+    def keda_ready() -> dict[str, Any] | None:
+        so = kubectl.maybe("scaledobject", NAME, "-n", namespace)
+        conditions = (so or {}).get("status", {}).get("conditions", [])
+        return so if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions) else None
+
+    so = wait_for("KEDA's ScaledObject Ready", keda_ready, timeout=SCALE_SECONDS)
+    assert so["spec"]["scaleTargetRef"]["kind"] == "LLMDeployment"
+    hpa = wait_for("KEDA's HPA", lambda: kubectl.maybe("hpa", f"keda-hpa-{NAME}", "-n", namespace),
+                   timeout=SCALE_SECONDS)
+    assert hpa["spec"]["scaleTargetRef"]["name"] == NAME
+    scale = kubectl.json("llmd", NAME, "-n", namespace, "--subresource=scale")
+    assert scale["spec"]["replicas"] == 1

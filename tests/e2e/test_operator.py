@@ -212,8 +212,7 @@ def test_webhook_rejects_infeasible_with_the_planners_message(kubectl: Kubectl, 
     assert kubectl.maybe("llmd", "llama-405b", "-n", namespace) is None
 
 
-def test_webhook_rejects_malformed_and_warns_on_risky_args(kubectl: Kubectl, operator: Operator,
-                                                           namespace: str) -> None:
+def test_webhook_rejects_malformed_and_owned_args(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
     bad = {"apiVersion": "llm-autopilot.io/v1alpha1", "kind": "LLMDeployment", "metadata": {"name": "bad"},
            "spec": {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-a1000"}}}
     result = kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(bad), check=False)
@@ -222,10 +221,11 @@ def test_webhook_rejects_malformed_and_warns_on_risky_args(kubectl: Kubectl, ope
                            "serving": {"maxModelLen": 4096, "minMaxModelLen": 8192}}}
     result = kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(cel), check=False)
     assert result.returncode != 0 and "minMaxModelLen" in result.stderr
-    risky = {**bad, "spec": {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"},
-                             "vllm": {"extraArgs": ["--gpu-memory-utilization", "0.99"]}}}
-    result = kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(risky))
-    assert "--gpu-memory-utilization" in result.stderr and "Warning" in result.stderr
+    owned = {**bad, "spec": {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"},
+                             "vllm": {"extraArgs": ["--gpu_memory_utilization=0.99"]}}}
+    result = kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(owned), check=False)
+    assert result.returncode != 0 and "spec.vllm.extraArgs[0]: --gpu_memory_utilization" in result.stderr
+    assert "spec.vllm.gpuMemoryUtilization" in result.stderr, result.stderr
 
 
 def test_infeasible_at_reconcile_then_recovers(kubectl: Kubectl, operator: Operator, namespace: str) -> None:

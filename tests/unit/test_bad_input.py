@@ -88,7 +88,8 @@ def test_the_crd_refuses_the_same_names() -> None:
 
 @pytest.mark.parametrize(("body", "path", "needle"), [
     (spec(model={"name": "Qwen/Qwen3-8B", "hubTokenSecretRef": {"name": "hf"}},
-          vllm={"env": [{"name": "HF_TOKEN", "value": "x"}]}), "spec", "hubTokenSecretRef"),
+          vllm={"env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "t", "key": "k"}}}]}),
+     "spec", "hubTokenSecretRef"),
     (spec(vllm={"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}), "spec.vllm.env", "twice"),
     (spec(vllm={"env": [{"name": "A=B", "value": "1"}]}), "spec.vllm.env[0].name", "environment variable"),
     (spec(vllm={"env": [{"name": "1ABC", "value": "1"}]}), "spec.vllm.env[0].name", "digit"),

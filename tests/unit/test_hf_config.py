@@ -221,3 +221,9 @@ def test_any_config_is_either_refused_with_a_message_or_a_consistent_model(
                                     max_model_len=min(m.max_position_embeddings, 8192), max_num_seqs=256,
                                     max_num_batched_tokens=2048))
     assert not result.fits or result.kv_cache_tokens >= 1
+
+
+def test_a_huge_size_is_refused_not_overflowed() -> None:
+    """A config.json with hidden_size 9.48e153 (hypothesis found it) overflowed the planner's float arithmetic."""
+    with pytest.raises(ModelConfigError, match="'hidden_size' must be a whole number >= 1, at most 2\\^40"):
+        parse_hf_config({**LLAMA, "hidden_size": 9.480751908109177e+153}, "x")

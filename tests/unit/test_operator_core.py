@@ -33,10 +33,11 @@ def test_review_rejects_malformed_specs_naming_the_field() -> None:
     assert "vllm.version" in review({"model": {"name": "Qwen/Qwen3-8B"}, "vllm": {"version": "0.5.0"}}, V).message
 
 
-def test_review_warns_on_arguments_that_fight_the_planner() -> None:
+def test_review_refuses_arguments_that_fight_the_planner() -> None:
     verdict = review({"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "h100"},
                       "vllm": {"extraArgs": ["--max-model-len", "4096", "--enable-prefix-caching"]}}, V)
-    assert verdict.allowed and any("--max-model-len" in w for w in verdict.warnings)
+    assert not verdict.allowed and verdict.message.startswith("spec.vllm.extraArgs[0]: --max-model-len is owned")
+    assert "spec.serving.maxModelLen" in verdict.message
 
 
 def test_review_rejects_flags_the_version_does_not_know() -> None:

@@ -404,7 +404,7 @@ def handler_cluster() -> Iterator[FakeCluster]:
 def test_ready_uses_the_effective_replicas_in_the_reconcile_and_the_deployment_watch(
         handler_cluster: FakeCluster) -> None:
     """D14: after a "one more replica" rung both writers say 2/2, and quiet rounds write nothing."""
-    spec = {**QWEN_H100, "replicas": 1, "remediation": {"maxReplicas": 3, "stableWindowSeconds": 10**7}}
+    spec = {**QWEN_H100, "replicas": 1, "remediation": {"maxReplicas": 3, "stableWindowSeconds": 604800}}
     recently = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")  # not calm for long
     run = Run(spec, cluster=handler_cluster, status={"remediation": {"rung": 1, "applied": [{"replicas": 2}],
                                                                      "lastSignalTime": recently}})

@@ -105,6 +105,8 @@ def _convert(node: Any, defs: dict[str, Any]) -> Any:
             continue
         if key == "properties":
             out[key] = {name: _convert(prop, defs) for name, prop in value.items()}
+        elif key == "const":
+            out["enum"] = [value]  # a CRD's schema has no const (the API server would drop it)
         elif key == "exclusiveMinimum":
             out["minimum"], out["exclusiveMinimum"] = value, True
         elif key == "exclusiveMaximum":
@@ -131,6 +133,9 @@ def structural_schema(model: type[LLMDeploymentSpec] | type[LLMDeploymentStatus]
 
 def crd() -> dict[str, Any]:
     spec = structural_schema(LLMDeploymentSpec)
+    # the one default the API server must know: the scale subresource (kubectl scale, an HPA, KEDA) reads
+    # .spec.replicas, and answers 500 for an object that has none
+    spec["properties"]["replicas"]["default"] = LLMDeploymentSpec.model_fields["replicas"].default
     spec["description"] = "Desired state: the model, the GPUs it may use, serving targets and policies."
     spec["x-kubernetes-validations"] = _SPEC_RULES
     status = structural_schema(LLMDeploymentStatus)

@@ -1,32 +1,122 @@
-"""``spec.vllm.extraArgs`` as vLLM reads them: flag spelling, and the flags the operator cannot let through.
+"""``spec.vllm.extraArgs`` and ``spec.vllm.env`` as the pod runs them: the one table of the ``vllm serve`` flags
+the operator owns, and the rules for what the kubelet and vLLM would otherwise read behind the plan's back.
 
 vLLM's FlexibleArgumentParser (vllm/utils/argparse_utils.py) turns ``_`` into ``-`` between the leading
 ``--`` and the first ``.`` (``--max_model_len`` is ``--max-model-len``; ``--compilation-config.level=3``
-sets ``--compilation-config``), splits ``--flag=value``, and reads ``-O3`` as ``--optimization-level 3``.
+sets ``--compilation-config``), splits ``--flag=value``, and reads ``-O3`` as ``--optimization-level 3``;
+argparse then takes unambiguous prefixes (``--max-model``) and short options with their value attached
+(``-n4``): ``vllm.flags.named_options`` reads an argument so. vLLM takes the last occurrence of a flag, and
+extraArgs come after the planned flags: an owned flag in extraArgs would run something other than
+``status.plan`` says. So every owned flag is refused, with the spec field that sets it.
 """
 
 from __future__ import annotations
 
-from llm_autopilot.vllm.flags import is_option, normalise_flag
+import re
 
-#: Flags that break the pod the operator renders, with the right way to get what they do.
+from llm_autopilot.vllm.flags import named_options
+
 _SECRET_IN_ARGS = "would put the secret in the pod spec and in status.plan.args, readable by anyone who can read them"
-REFUSED_FLAGS: dict[str, str] = {
-    "--api-key": f"--api-key {_SECRET_IN_ARGS}; set VLLM_API_KEY in spec.vllm.env with "
-                 "valueFrom.secretKeyRef instead",
-    "--hf-token": f"--hf-token {_SECRET_IN_ARGS}; set spec.model.hubTokenSecretRef (or HF_TOKEN in spec.vllm.env "
-                  "with valueFrom.secretKeyRef) instead",
-    "--port": "--port cannot be changed: the Service and the health probes target port 8000 on the pod IP",
-    "--host": "--host cannot be changed: the Service and the health probes reach vLLM on the pod IP, "
-              "so it listens on all addresses",
-    "--uds": "--uds cannot be used: the Service and the health probes need vLLM's HTTP server on port 8000",
+_PLANNER_SPLITS = ("the planner decides how many GPUs one replica uses and how the model is split across them "
+                   "(status.plan.tensorParallelSize, pipelineParallelSize); bound it with spec.gpu.maxGPUs")
+_NODES = ("the planner decides how many nodes one replica spans (status.plan.nodes) and the operator wires them "
+          "(rank, leader address, port); it cannot be set")
+_DATA_PARALLEL = ("one pod group serves one replica: scale with spec.replicas or spec.autoscaling; vLLM's data "
+                  "parallelism cannot be set")
+_KV_SIZE = ("the planner sizes the KV cache from the memory left under spec.vllm.gpuMemoryUtilization "
+            "(status.plan.memory); it cannot be set")
+_CUDA_GRAPHS = ("CUDA-graph memory is part of the plan (status.plan.memory.cudaGraphGiB); turn CUDA graphs off "
+                "with spec.vllm.enforceEager")
+_BATCHED = "set spec.vllm.maxNumBatchedTokens instead"
+
+
+def _owned(pointer: str, *flags: str) -> dict[str, str]:
+    return dict.fromkeys(flags, pointer)
+
+
+#: Every ``vllm serve`` option the planner or the renderer sets, or that changes what the plan's memory arithmetic
+#: assumes, in every spelling vLLM 0.31-0.33 gives it (short aliases, ``--no-`` negations, older names), with what
+#: to do instead. extraArgs naming one are refused, at admission and again when the reconciler reads the spec.
+OWNED_FLAGS: dict[str, str] = {
+    **_owned(f"set by the operator from the plan: {_PLANNER_SPLITS}", "--tensor-parallel-size", "-tp",
+             "--pipeline-parallel-size", "-pp", "--decode-context-parallel-size", "-dcp",
+             "--prefill-context-parallel-size", "-pcp"),
+    **_owned(f"set by the operator for a replica across nodes: {_NODES}", "--nnodes", "-n", "--node-rank", "-r",
+             "--headless", "--master-addr", "--master-port"),
+    **_owned(_DATA_PARALLEL, "--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl",
+             "--data-parallel-rank", "-dpn", "--data-parallel-start-rank", "-dpr", "--data-parallel-address",
+             "-dpa", "--data-parallel-rpc-port", "-dpp", "--data-parallel-backend", "-dpb",
+             "--data-parallel-external-lb", "--no-data-parallel-external-lb", "-dpe", "--data-parallel-hybrid-lb",
+             "--no-data-parallel-hybrid-lb", "-dph", "--data-parallel-multi-port-external-lb", "-dpm",
+             "--data-parallel-supervisor-port"),
+    **_owned("set by the operator from the plan; set spec.vllm.gpuMemoryUtilization instead",
+             "--gpu-memory-utilization", "--device-memory-utilization"),
+    **_owned(_KV_SIZE, "--kv-cache-memory-bytes", "--num-gpu-blocks-override", "--block-size"),
+    "--cpu-offload-gb": "set by the operator from the plan; allow it with spec.serving.allowCPUOffload",
+    "--max-model-len": "set by the operator from the plan; set spec.serving.maxModelLen instead",
+    "--max-num-seqs": "set by the operator from the plan; set spec.vllm.maxNumSeqs instead",
+    **_owned(f"set by the operator from the plan; {_BATCHED}", "--max-num-batched-tokens",
+             "--max-num-scheduled-tokens"),
+    **_owned("set by the operator from the plan; list the formats it may use in spec.serving.allowedQuantizations "
+             "(and pre-quantized checkpoints in spec.model.variants)", "--quantization", "-q"),
+    "--kv-cache-dtype": "set by the operator from the plan; list the dtypes it may use in "
+                        "spec.serving.allowedKVCacheDtypes",
+    "--dtype": "the planner sizes the weights by the checkpoint's dtype (spec.model.architecture.torchDtype); "
+               "it cannot be set",
+    **_owned("set by the operator from the plan; set spec.vllm.enforceEager instead", "--enforce-eager",
+             "--no-enforce-eager"),
+    **_owned(_CUDA_GRAPHS, "-O", "--optimization-level", "--compilation-config", "-cc", "--cudagraph-capture-sizes",
+             "--max-cudagraph-capture-size"),
+    "--model": "set by the operator; set spec.model.name instead",
+    "--revision": "set by the operator; set spec.model.revision instead",
+    "--served-model-name": "set by the operator; set spec.model.servedModelName instead",
+    **_owned("the planner reads the model's config.json; correct it with spec.model.architecture",
+             "--hf-overrides", "--hf-config-path"),
+    **_owned("a draft model's memory is not in the plan; it cannot be set", "--speculative-config", "-sc"),
+    "--config": "a config file sets flags no admission check sees; put the flags in spec.vllm.extraArgs",
+    "--port": "the Service and the health probes target port 8000 on the pod IP; it cannot be changed",
+    "--host": "the Service and the health probes reach vLLM on the pod IP, so it listens on all addresses; "
+              "it cannot be changed",
+    "--uds": "the Service and the health probes need vLLM's HTTP server on port 8000; it cannot be used",
+    "--api-key": f"{_SECRET_IN_ARGS}; set VLLM_API_KEY in spec.vllm.env with valueFrom.secretKeyRef instead",
+    "--hf-token": f"{_SECRET_IN_ARGS}; set spec.model.hubTokenSecretRef (or HF_TOKEN in spec.vllm.env with "
+                  "valueFrom.secretKeyRef) instead",
 }
 
+def owned_options(arg: str) -> list[str]:
+    """The owned options one extraArgs entry may set, as vLLM's parser reads it (any spelling, abbreviation)."""
+    return sorted(named_options(arg) & OWNED_FLAGS.keys())
 
-def normalised_flag(arg: str) -> str | None:
-    """The option ``arg`` names, spelled as vLLM's own flags are (vllm.flags.normalise_flag); None when ``arg``
-    is a value."""
-    return normalise_flag(arg) if is_option(arg) else None
+
+def _as_written(arg: str) -> str:
+    return arg.split("=", 1)[0]
+
+
+def _owned_problem(arg: str) -> str | None:
+    owned = owned_options(arg)
+    if not owned:
+        return None
+    written = _as_written(arg)
+    if len(owned) > 1:
+        return (f"{written} abbreviates {', '.join(owned)}, which the operator owns: "
+                + "; ".join(f"{f}: {OWNED_FLAGS[f]}" for f in owned))
+    flag = owned[0]
+    named = written if written == flag else f"{written} ({flag})"
+    return f"{named} is owned by the operator: {OWNED_FLAGS[flag]}"
+
+
+# --- the kubelet's $(VAR) expansion -------------------------------------------------------------------------
+
+#: No ``$(`` the kubelet would expand (``$$`` is its escape for ``$``): RE2- and Python-compatible, so the same
+#: text is the CRD's pattern and the model's check.
+NO_VAR_REFERENCE = r"^(?:[^$]|\$\$|\$[^$(])*\$?$"
+_NO_VAR_REFERENCE_RE = re.compile(NO_VAR_REFERENCE)
+_VAR_HINT = ("the kubelet expands $(NAME) in container args and env values, so the pod would run what no check "
+             "saw; write $$( for a literal $(")
+
+
+def var_reference_problem(value: str) -> str | None:
+    return None if _NO_VAR_REFERENCE_RE.fullmatch(value) else f"$( is refused: {_VAR_HINT}"
 
 
 def extra_arg_problem(arg: str) -> str | None:
@@ -35,7 +125,37 @@ def extra_arg_problem(arg: str) -> str | None:
         return "an empty argument reaches vllm serve as a stray positional value; remove it"
     if "\x00" in arg:
         return "a process argument cannot hold a NUL character; remove it"
-    flag = normalised_flag(arg)
-    if flag in REFUSED_FLAGS:
-        return REFUSED_FLAGS[flag]
+    if (problem := var_reference_problem(arg)) is not None:
+        return problem
+    return _owned_problem(arg)
+
+
+# --- environment variables ----------------------------------------------------------------------------------
+
+#: Names whose value is a credential: only from a Secret (valueFrom.secretKeyRef), never a literal in the spec,
+#: the Deployment and everything that reads them. Matched on the upper-cased name.
+SECRET_ENV_NAME = r"^(.*_)?(API_?KEY|TOKEN|SECRET|SECRET_KEY|SECRET_ACCESS_KEY|PASSWORD|PASSWD|CREDENTIALS?)$"
+_SECRET_ENV_NAME_RE = re.compile(SECRET_ENV_NAME)
+#: Names the operator's multi-node rendering sets and its args or shell wrapper read (render/groups.py), and the
+#: LeaderWorkerSet controller injects without overriding one the pod already has.
+OWNED_ENV_PREFIXES = ("LLM_AUTOPILOT_", "LWS_")
+
+
+def secret_env_name(name: str) -> bool:
+    return bool(_SECRET_ENV_NAME_RE.fullmatch(name.upper()))
+
+
+def env_name_problem(name: str) -> str | None:
+    if name.startswith(OWNED_ENV_PREFIXES):  # as the CRD's CEL rule: env names are case-sensitive
+        return (f"{name} is refused: names starting with {' or '.join(OWNED_ENV_PREFIXES)} are set by the operator "
+                "(and LeaderWorkerSet) for the pods of a replica across nodes")
     return None
+
+
+def env_value_problem(name: str, value: str) -> str | None:
+    """Why an env var cannot have this literal value."""
+    if value and secret_env_name(name):
+        return (f"{name} looks like a credential: a literal value would be readable by anyone who can read the "
+                "LLMDeployment or its Deployment; set it with valueFrom.secretKeyRef")
+    problem = var_reference_problem(value)
+    return problem and f"{name}: {problem}"

@@ -2,7 +2,8 @@
 
 Every field has a description: the CRD generated from these models carries them, so
 ``kubectl explain llmd.spec`` documents the API. Defaults live here, not in the CRD, so the API
-server never writes them into stored objects and GitOps tools see no drift.
+server never writes them into stored objects and GitOps tools see no drift; the one exception is
+``spec.replicas``, which the scale subresource reads (api/crd.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from llm_autopilot.api import kubernetes_rules as rules
-from llm_autopilot.api.serve_flags import extra_arg_problem
+from llm_autopilot.api.serve_flags import (
+    NO_VAR_REFERENCE,
+    OWNED_ENV_PREFIXES,
+    SECRET_ENV_NAME,
+    env_name_problem,
+    env_value_problem,
+    extra_arg_problem,
+)
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
 
 QuantizationName = Literal["none", "fp8", "awq", "gptq"]
@@ -35,6 +43,23 @@ KVCacheDtypeName = Literal["auto", "fp8"]
 #: The environment variable vLLM (huggingface_hub) reads the Hub token from.
 HUB_TOKEN_ENV = "HF_TOKEN"
 _INT64_MAX = 2**63 - 1
+
+# --- upper bounds: what the code downstream handles (Python's datetime and asyncio, PromQL durations, float64
+# arithmetic in the planner, the API server's float64 reading of a CRD's bounds: every bound is exact in float64)
+#: A context length or a batch in tokens: 2^30 (over a billion; vLLM and the planner count tokens in int64).
+TOKENS_MAX = 2**30
+#: Sequences at once: 2^20.
+SEQUENCES_MAX = 2**20
+#: A duration remediation waits (cooldown, stable window): 7 days. It times a resync (asyncio, datetime), and the
+#: stable window is multiplied by the relax back-off (at most 16): 112 days, far inside timedelta's range.
+DURATION_MAX_SECONDS = 7 * 24 * 3600
+#: A PromQL range the operator queries on every resync: 1 day (inside Prometheus' default 15-day retention; a
+#: queue that never drains for a day is saturation already).
+QUERY_WINDOW_MAX_SECONDS = 24 * 3600
+#: A quantity's value: 2^62 (4Ei bytes; exact in float64, inside Kubernetes' int64, and float() of it is finite).
+QUANTITY_VALUE_MAX = 2**62
+#: A pod's replicas: 1000, as spec.replicas.
+REPLICAS_MAX = 1000
 
 
 class APIModel(BaseModel):
@@ -124,7 +149,8 @@ ImageReference = Annotated[str, Field(min_length=1, max_length=rules.IMAGE_MAX,
 GPUProduct = Annotated[str, Field(min_length=1, max_length=rules.LABEL_VALUE_MAX,
                                   json_schema_extra=_schema_pattern(rules.LABEL_VALUE)),
                        _checked(_product_problem)]
-ExtraArg = Annotated[str, Field(max_length=4096), _checked(extra_arg_problem)]
+ExtraArg = Annotated[str, Field(max_length=4096, json_schema_extra=_schema_pattern(NO_VAR_REFERENCE)),
+                    _checked(extra_arg_problem)]
 
 
 def _quantity(value: Any) -> int | str:
@@ -134,13 +160,15 @@ def _quantity(value: Any) -> int | str:
     problem = rules.quantity_problem(value)
     if problem is not None:
         raise invalid(problem)
+    if rules.parse_quantity(value) > QUANTITY_VALUE_MAX:
+        raise invalid(f"{value!r:.80} is too large: at most 4Ei (2^62), e.g. 64Gi")
     return value
 
 
 #: A non-negative Kubernetes quantity (an int or a string); one check, one message.
 Quantity = Annotated[int | str, PlainValidator(_quantity), WithJsonSchema({
     "anyOf": [{"type": "integer"}, {"type": "string"}],
-    "minimum": 0, "pattern": rules.QUANTITY, "maxLength": rules.QUANTITY_MAX,
+    "minimum": 0, "maximum": QUANTITY_VALUE_MAX, "pattern": rules.QUANTITY, "maxLength": rules.QUANTITY_MAX,
 })]
 
 
@@ -155,25 +183,28 @@ class SecretKeyRef(APIModel):
 class ArchitectureOverride(APIModel):
     """Fields of the model's config.json, for models whose config cannot be fetched or is wrong."""
 
-    hidden_size: int | None = Field(None, ge=1, description="config.json `hidden_size`.")
-    num_hidden_layers: int | None = Field(None, ge=1, description="config.json `num_hidden_layers`.")
-    num_attention_heads: int | None = Field(None, ge=1, description="config.json `num_attention_heads`.")
-    num_key_value_heads: int | None = Field(None, ge=1, description="config.json `num_key_value_heads` (GQA).")
-    head_dim: int | None = Field(None, ge=1, description="config.json `head_dim`; defaults to hidden/heads.")
-    intermediate_size: int | None = Field(None, ge=1, description="config.json `intermediate_size`.")
-    vocab_size: int | None = Field(None, ge=1, description="config.json `vocab_size`.")
-    max_position_embeddings: int | None = Field(None, ge=1, description="The model's maximum context length.")
+    hidden_size: int | None = Field(None, ge=1, le=2**20, description="config.json `hidden_size`.")
+    num_hidden_layers: int | None = Field(None, ge=1, le=4096, description="config.json `num_hidden_layers`.")
+    num_attention_heads: int | None = Field(None, ge=1, le=4096, description="config.json `num_attention_heads`.")
+    num_key_value_heads: int | None = Field(None, ge=1, le=4096, description="config.json `num_key_value_heads` (GQA).")
+    head_dim: int | None = Field(None, ge=1, le=2**16, description="config.json `head_dim`; defaults to hidden/heads.")
+    intermediate_size: int | None = Field(None, ge=1, le=2**24, description="config.json `intermediate_size`.")
+    vocab_size: int | None = Field(None, ge=1, le=2**24, description="config.json `vocab_size`.")
+    max_position_embeddings: int | None = Field(
+        None, ge=1, le=TOKENS_MAX, description="The model's maximum context length.")
     torch_dtype: Literal["bfloat16", "float16", "float32"] | None = Field(None, description="Weight dtype.")
     tie_word_embeddings: bool | None = Field(None, description="Whether the LM head shares the embedding.")
-    sliding_window: int | None = Field(None, ge=1, description="Window of the sliding-window attention layers.")
-    num_experts: int | None = Field(None, ge=1, description="Routed experts of each MoE layer.")
-    num_experts_per_tok: int | None = Field(None, ge=1, description="Experts each token is routed to.")
-    moe_intermediate_size: int | None = Field(None, ge=1, description="Intermediate size of one expert.")
-    kv_lora_rank: int | None = Field(None, ge=1, description="MLA latent size (DeepSeek `kv_lora_rank`).")
-    qk_rope_head_dim: int | None = Field(None, ge=1, description="MLA rotary head size.")
-    qk_nope_head_dim: int | None = Field(None, ge=1, description="MLA non-rotary head size.")
-    v_head_dim: int | None = Field(None, ge=1, description="MLA value head size.")
-    weight_bytes: int | None = Field(None, ge=1, description="Checkpoint size in bytes (safetensors total_size).")
+    sliding_window: int | None = Field(
+        None, ge=1, le=TOKENS_MAX, description="Window of the sliding-window attention layers.")
+    num_experts: int | None = Field(None, ge=1, le=2**16, description="Routed experts of each MoE layer.")
+    num_experts_per_tok: int | None = Field(None, ge=1, le=2**16, description="Experts each token is routed to.")
+    moe_intermediate_size: int | None = Field(None, ge=1, le=2**24, description="Intermediate size of one expert.")
+    kv_lora_rank: int | None = Field(None, ge=1, le=2**16, description="MLA latent size (DeepSeek `kv_lora_rank`).")
+    qk_rope_head_dim: int | None = Field(None, ge=1, le=2**16, description="MLA rotary head size.")
+    qk_nope_head_dim: int | None = Field(None, ge=1, le=2**16, description="MLA non-rotary head size.")
+    v_head_dim: int | None = Field(None, ge=1, le=2**16, description="MLA value head size.")
+    weight_bytes: int | None = Field(
+        None, ge=1, le=2**53, description="Checkpoint size in bytes (safetensors total_size), at most 2^53 (8 PiB).")
 
     def as_hf_config(self) -> dict[str, Any]:
         """The override as config.json fields (snake_case, as Hugging Face spells them)."""
@@ -226,7 +257,9 @@ class Toleration(APIModel):
     # bounds a float64 holds exactly: the API server reads a CRD's minimum/maximum as float64, and rejects
     # every value when a bound (like 2^63-1) does not round-trip to an integer
     toleration_seconds: int | None = Field(
-        None, ge=-(10**12), le=10**12, description="How long a NoExecute taint is tolerated.")
+        None, ge=-(10**9), le=10**9,
+        description="How long a NoExecute taint is tolerated, in seconds (at most 10^9, about 31 years: the node "
+        "lifecycle controller turns it into nanoseconds in an int64).")
 
     @model_validator(mode="after")
     def _kubernetes_rules(self) -> Toleration:
@@ -281,15 +314,16 @@ AUTO = "auto"
 def _max_model_len(value: Any) -> int | str:
     if value == AUTO:
         return AUTO
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= _INT64_MAX:
-        raise invalid(f"{value!r:.80} is not a context length: a whole number of tokens >= 1, or auto (the "
-                      "longest that fits, chosen by the planner)")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= TOKENS_MAX:
+        raise invalid(f"{value!r:.80} is not a context length: a whole number of tokens from 1 to {TOKENS_MAX}, or "
+                      "auto (the longest that fits, chosen by the planner)")
     return value
 
 
 #: A length in tokens, or ``auto``: the planner's longest fitting length (not vLLM's own ``auto``).
 MaxModelLen = Annotated[int | str, PlainValidator(_max_model_len), WithJsonSchema({
-    "anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 1, "pattern": f"^{AUTO}$",
+    "anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 1, "maximum": TOKENS_MAX, "pattern": f"^{AUTO}$",
+    "maxLength": len(AUTO),
 })]
 
 
@@ -300,12 +334,12 @@ class ServingTargets(APIModel):
         "shown in the status (vLLM is given the number, not its own auto).",
     )
     min_max_model_len: int | None = Field(
-        None, ge=1,
+        None, ge=1, le=TOKENS_MAX,
         description="Shortest acceptable context length. Defaults to maxModelLen when that is set, "
         "else to the smaller of 8192 and the model's maximum.",
     )
     expected_concurrency: int | None = Field(
-        None, ge=1, description="Concurrent sequences of maxModelLen tokens the KV cache should hold."
+        None, ge=1, le=SEQUENCES_MAX, description="Concurrent sequences of maxModelLen tokens the KV cache should hold."
     )
     allowed_quantizations: list[QuantizationName] = Field(
         default_factory=lambda: list[QuantizationName](["none"]), min_length=1, max_length=8,
@@ -380,7 +414,8 @@ class EnvResourceFieldSelector(APIModel):
     resource: Literal["limits.cpu", "limits.memory", "limits.ephemeral-storage",
                       "requests.cpu", "requests.memory", "requests.ephemeral-storage"] = Field(
         description="Which request or limit of the vLLM container.")
-    divisor: int | str | None = Field(None, description="Unit: 1 or 1m for cpu; 1, 1Ki, 1Mi, 1Gi, 1M... for bytes.")
+    divisor: int | str | None = Field(None, json_schema_extra={"maxLength": 8, "minimum": 1, "maximum": 1},
+                                      description="Unit: 1 or 1m for cpu; 1, 1Ki, 1Mi, 1Gi, 1M... for bytes.")
 
     @model_validator(mode="after")
     def _supported_divisor(self) -> EnvResourceFieldSelector:
@@ -419,10 +454,20 @@ class EnvVar(APIModel):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
         "rule": "!has(self.valueFrom) || !has(self.value) || self.value == ''",
         "message": "set value or valueFrom, not both",
+    }, {
+        "rule": f"!has(self.value) || self.value == '' || !self.name.matches('(?i){SECRET_ENV_NAME}')",
+        "message": "a credential (a name like *_API_KEY, *_TOKEN, *_SECRET, *PASSWORD) is set with "
+                   "valueFrom.secretKeyRef, never a literal value",
+    }, {
+        "rule": " && ".join(f"!self.name.startsWith('{p}')" for p in OWNED_ENV_PREFIXES),
+        "message": f"names starting with {' or '.join(OWNED_ENV_PREFIXES)} are set by the operator",
     }]})
 
     name: EnvVarName = Field(description="Environment variable name.")
-    value: str | None = Field(None, max_length=32768, description="Literal value.")
+    value: str | None = Field(
+        None, max_length=2048, json_schema_extra=_schema_pattern(NO_VAR_REFERENCE),
+        description="Literal value. No $( (the kubelet expands $(NAME): write $$( for a literal $(), and no "
+        "credentials: names like *_API_KEY, *_TOKEN, *_SECRET or *PASSWORD need valueFrom.secretKeyRef.")
     value_from: EnvVarSource | None = Field(
         None, description="Where the value comes from: secretKeyRef, configMapKeyRef, fieldRef or resourceFieldRef."
     )
@@ -431,6 +476,9 @@ class EnvVar(APIModel):
     def _value_or_source(self) -> EnvVar:
         if self.value and self.value_from is not None:
             raise invalid(f"{self.name}: set value or valueFrom, not both")
+        problem = env_name_problem(self.name) or env_value_problem(self.name, self.value or "")
+        if problem is not None:
+            raise invalid(problem)
         return self
 
 
@@ -444,8 +492,11 @@ class VLLMSettings(APIModel):
     )
     extra_args: list[ExtraArg] = Field(
         default_factory=list, max_length=64,
-        description="Extra `vllm serve` arguments, appended after the planned ones. Not --port, --host, --uds "
-        "(the Service and the probes use port 8000), --api-key or --hf-token (use env with a secretKeyRef).",
+        description="Extra `vllm serve` arguments, appended after the planned ones. A flag the operator owns "
+        "(--max-model-len, -tp, --gpu-memory-utilization, --kv-cache-dtype, -O, --nnodes, ...: the README's table) "
+        "is refused in any spelling, with the spec field that sets it; so are --port, --host, --uds (the Service "
+        "and the probes use port 8000), --api-key, --hf-token (use env with a secretKeyRef) and $( (the kubelet "
+        "would expand it: write $$( for a literal $().",
     )
     env: list[EnvVar] = Field(
         default_factory=list, max_length=64, description="Extra environment variables for vLLM.",
@@ -455,8 +506,9 @@ class VLLMSettings(APIModel):
         None, gt=0, le=1, description="Pin vLLM's gpu_memory_utilization instead of the version default."
     )
     enforce_eager: bool = Field(False, description="Disable CUDA graphs (less memory, slower decoding).")
-    max_num_seqs: int | None = Field(None, ge=1, description="Pin vLLM's max_num_seqs.")
-    max_num_batched_tokens: int | None = Field(None, ge=1, description="Pin vLLM's max_num_batched_tokens.")
+    max_num_seqs: int | None = Field(None, ge=1, le=SEQUENCES_MAX, description="Pin vLLM's max_num_seqs.")
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, le=TOKENS_MAX, description="Pin vLLM's max_num_batched_tokens.")
 
     @field_validator("env")
     @classmethod
@@ -514,23 +566,27 @@ class ContainerResources(APIModel):
 
 class RemediationFloors(APIModel):
     min_max_model_len: int | None = Field(
-        None, ge=1, description="Never lower maxModelLen below this. Defaults to serving.minMaxModelLen."
+        None, ge=1, le=TOKENS_MAX, description="Never lower maxModelLen below this. Defaults to serving.minMaxModelLen."
     )
     min_gpu_memory_utilization: float = Field(
         0.7, gt=0, le=1, description="Never lower gpu_memory_utilization below this. Default 0.7."
     )
-    min_max_num_seqs: int = Field(8, ge=1, description="Never lower max_num_seqs below this. Default 8.")
+    min_max_num_seqs: int = Field(
+        8, ge=1, le=SEQUENCES_MAX, description="Never lower max_num_seqs below this. Default 8.")
     min_max_num_batched_tokens: int = Field(
-        512, ge=1, description="Never lower max_num_batched_tokens below this. Default 512."
+        512, ge=1, le=TOKENS_MAX, description="Never lower max_num_batched_tokens below this. Default 512."
     )
 
 
 class RemediationPolicy(APIModel):
     enabled: bool = Field(True, description="Roll to safer settings on OOM or KV saturation. false = report only.")
-    cooldown_seconds: int = Field(600, ge=0, description="Minimum time between two steps. Default 600.")
+    cooldown_seconds: int = Field(
+        600, ge=0, le=DURATION_MAX_SECONDS,
+        description="Minimum time between two steps, in seconds. Default 600; at most 604800 (7 days).")
     max_steps: int = Field(5, ge=0, le=20, description="Steps before giving up (Degraded). Default 5.")
     stable_window_seconds: int = Field(
-        3600, ge=60, description="Calm time after which one step is relaxed. Default 3600."
+        3600, ge=60, le=DURATION_MAX_SECONDS,
+        description="Calm time after which one step is relaxed, in seconds. Default 3600; at most 604800 (7 days)."
     )
     kv_saturation_threshold: float = Field(
         0.7, gt=0, le=1,
@@ -538,11 +594,13 @@ class RemediationPolicy(APIModel):
         "preemptions and a queue that never drains). Default 0.7.",
     )
     kv_saturation_window_seconds: int = Field(
-        300, ge=30, alias="kvSaturationWindowSeconds",
+        300, ge=30, le=QUERY_WINDOW_MAX_SECONDS, alias="kvSaturationWindowSeconds",
         description="The window KV saturation is judged on: average usage at the threshold, preemptions "
-        "increasing and requests waiting throughout. Default 300.",
+        "increasing and requests waiting throughout, in seconds (a PromQL range). Default 300; at most 86400 "
+        "(1 day).",
     )
-    max_replicas: int | None = Field(None, ge=1, description="Most replicas remediation may scale to.")
+    max_replicas: int | None = Field(
+        None, ge=1, le=REPLICAS_MAX, description="Most replicas remediation may scale to (at most 1000).")
     floors: RemediationFloors = Field(
         default_factory=RemediationFloors, description="Lower bounds remediation never crosses."
     )
@@ -569,7 +627,8 @@ class AutoscalingPolicy(APIModel):
         0.7, gt=0, le=1, alias="targetKVCacheUsage",
         description="Average vllm:kv_cache_usage_perc per replica KEDA scales to. Default 0.7.")
     target_waiting_requests: int = Field(
-        5, ge=1, description="Average vllm:num_requests_waiting per replica KEDA scales to. Default 5.")
+        5, ge=1, le=10**6,
+        description="Average vllm:num_requests_waiting per replica KEDA scales to. Default 5.")
     polling_interval_seconds: int = Field(
         30, ge=1, le=3600, description="How often KEDA queries Prometheus. Default 30.")
     cooldown_period_seconds: int = Field(

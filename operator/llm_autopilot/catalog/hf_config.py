@@ -56,11 +56,20 @@ def _merged_text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+#: The largest size a config field may give (2^40): the planner multiplies a few of them in float64, which a
+#: corrupted config.json (hidden_size 1e153) would overflow; real models stay below 2^30.
+CONFIG_INT_MAX = 2**40
+
+
 def _whole(name: str, value: Any, minimum: int = 1) -> int:
-    """A finite, integral JSON number >= minimum (4096.0 counts as 4096; 0.5, 1e400, "8", true do not)."""
+    """A finite, integral JSON number >= minimum, at most 2^40 (4096.0 counts as 4096; 0.5, 1e400, "8", true do
+    not)."""
     if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
             or value != int(value) or value < minimum):
         raise ModelConfigError(f"config field {name!r} must be a whole number >= {minimum}, got {value!r}")
+    if value > CONFIG_INT_MAX:
+        raise ModelConfigError(f"config field {name!r} must be a whole number >= {minimum}, at most 2^40, "
+                               f"got {value!r:.40}")
     return int(value)
 
 

@@ -1,4 +1,4 @@
-"""Admission: reject malformed or infeasible LLMDeployments at `kubectl apply`, warn on risky extraArgs.
+"""Admission: reject malformed or infeasible LLMDeployments at `kubectl apply` (owned extraArgs among them).
 
 Uses the same models and planner as the reconciler, and the same model resolution without the Hub
 (catalog, with any inline override merged on top). Models that need the Hub are not fetched here (a
@@ -23,7 +23,7 @@ from llm_autopilot.hub.resolve import ModelResolutionError, resolve_offline
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.pools import replicas_that_fit
 from llm_autopilot.planner.search import plan
-from llm_autopilot.render.vllm_args import conflicting_extra_args, unknown_flags
+from llm_autopilot.render.vllm_args import unknown_flags
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion, behaviour_of
 
 
@@ -49,11 +49,7 @@ def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | 
         spec = LLMDeploymentSpec.model_validate(spec_body)
     except ValidationError as exc:
         return Verdict(False, validation_message(exc))
-    warnings = []
-    conflicts = conflicting_extra_args(spec.vllm.extra_args)
-    if conflicts:
-        warnings.append(f"extraArgs set {', '.join(conflicts)}, which the planner decides; they override the plan "
-                        "and can make vLLM run out of memory")
+    warnings: list[str] = []
     version = spec.vllm.version or default_vllm_version
     try:
         behaviour = behaviour_of(VLLMVersion.parse(version))

@@ -6,32 +6,39 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from llm_autopilot.api.serve_flags import OWNED_FLAGS, extra_arg_problem, owned_options
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Plan
-from llm_autopilot.vllm.flags import (
-    OPERATOR_OWNED_FLAGS,
-    flag_name,
-    is_option,
-    is_owned,
-    known_flags,
-    normalise_flag,
-)
+from llm_autopilot.vllm.flags import flag_name, is_option, known_flags, normalise_flag
 
-#: OPERATOR_OWNED_FLAGS lives with the flag table (vllm/flags.py); re-exported for the callers of this module
-__all__ = ["OPERATOR_OWNED_FLAGS", "ServeOptions", "command_line", "conflicting_extra_args", "flags_in",
+#: OWNED_FLAGS is the one table (api/serve_flags.py); re-exported for the callers of this module
+__all__ = ["OWNED_FLAGS", "ExtraArgRefused", "ServeOptions", "command_line", "conflicting_extra_args", "flags_in",
            "render_vllm_args", "unknown_flags"]
 
 VLLM_PORT = 8000
 
 
+class ExtraArgRefused(ValueError):
+    """An extra argument that would run something other than the plan (api/serve_flags.py's rules)."""
+
+
 @dataclass(frozen=True)
 class ServeOptions:
-    """What the plan does not decide: names, revision, extra flags from the spec."""
+    """What the plan does not decide: names, revision, extra flags from the spec.
+
+    Extra flags are checked again here, whoever built the options: no owned flag, ``$(`` or secret flag reaches
+    the rendered command line, even from a spec that never passed admission."""
 
     served_model_name: str | None = None
     revision: str | None = None
     extra_args: tuple[str, ...] = ()
     port: int = VLLM_PORT
+
+    def __post_init__(self) -> None:
+        problems = [f"extraArgs[{i}]: {p}" for i, a in enumerate(self.extra_args)
+                    if (p := extra_arg_problem(a)) is not None]
+        if problems:
+            raise ExtraArgRefused("; ".join(problems))
 
 
 def render_vllm_args(plan: Plan, options: ServeOptions = ServeOptions()) -> list[str]:
@@ -86,4 +93,4 @@ def unknown_flags(args: Sequence[str], version: str) -> list[str]:
 def conflicting_extra_args(extra_args: Sequence[str]) -> list[str]:
     """Flags in extraArgs that override what the planner decides, as written (any spelling vLLM accepts:
     ``--max_model_len``, ``--compilation-config.mode=3``, ``-O3``)."""
-    return sorted({flag_name(a) for a in _options(extra_args) if is_owned(a)})
+    return sorted({flag_name(a) for a in _options(extra_args) if owned_options(a)})

@@ -1,5 +1,6 @@
 """Which ``vllm serve`` flags each vLLM release accepts (data/flags.json, read from each release's source
-by ``hack/vllm_flags.py``), how vLLM's parser spells them, and which of them the planner owns.
+by ``hack/vllm_flags.py``) and how vLLM's parser reads an argument. Which of them the operator owns is
+api/serve_flags.py's one table.
 
 A version between two examined releases takes the flags of the older one: flags are added and
 removed at releases, and the older set is the one we verified.
@@ -13,28 +14,6 @@ from importlib import resources
 from typing import Any
 
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion
-
-#: Options the operator derives from the plan, or that change what the plan's memory arithmetic assumes;
-#: setting them in extraArgs fights the planner. Every spelling vLLM 0.31-0.33 gives them (short aliases,
-#: the ``--no-`` negation, the older name), as the parser matches them after ``normalise_flag``.
-OPERATOR_OWNED_FLAGS: frozenset[str] = frozenset({
-    # GPUs per replica: the pod requests tensor x pipeline parallel GPUs, the planner splits the model so
-    "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp",
-    "--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl",
-    "--decode-context-parallel-size", "-dcp", "--prefill-context-parallel-size", "-pcp",
-    # the memory budget and what the KV cache gets of it
-    "--gpu-memory-utilization", "--device-memory-utilization", "--kv-cache-memory-bytes",
-    "--num-gpu-blocks-override", "--block-size", "--cpu-offload-gb", "--kv-offloading-size",
-    # context length and batch shape (activation peak, sampler warm-up, CUDA-graph sizes)
-    "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--max-num-scheduled-tokens",
-    # precision of weights, activations and the KV cache
-    "--quantization", "-q", "--dtype", "--kv-cache-dtype",
-    # CUDA graphs: captured sizes and their memory (-O / --optimization-level pick a compilation preset)
-    "--enforce-eager", "--no-enforce-eager", "-O", "--optimization-level", "--compilation-config", "-cc",
-    "--cudagraph-capture-sizes", "--max-cudagraph-capture-size",
-    # the model the planner read (config overrides, a draft model beside it) and where it is served
-    "--model", "--revision", "--served-model-name", "--hf-overrides", "--speculative-config", "-sc", "--port",
-})
 
 
 @cache
@@ -76,8 +55,7 @@ def normalise_flag(arg: str) -> str:
     ``--max_model_len=4096`` -> ``--max-model-len`` (``_`` becomes ``-`` up to the first ``.``);
     ``--compilation-config.mode=3`` -> ``--compilation-config`` and ``-cc.mode`` -> ``-cc`` (dotted keys of
     a JSON option); ``-O3``, ``-O=3``, ``-Odecode`` -> ``-O`` (rewritten to ``--optimization-level``).
-    Unambiguous prefixes (``--max-model``), which argparse also accepts, are not expanded: they are not
-    in the flag table, so the operator refuses them as unknown.
+    Prefixes (``--max-model``), which argparse also accepts, are not expanded here: ``named_options`` does.
     """
     key = flag_name(arg)
     if key.startswith("--"):
@@ -86,11 +64,6 @@ def normalise_flag(arg: str) -> str:
     if key.startswith("-O"):
         return "-O"
     return key.split(".", 1)[0]
-
-
-def is_owned(arg: str) -> bool:
-    """Whether an argument (any spelling, with or without ``=value``) sets an option the planner owns."""
-    return normalise_flag(arg) in OPERATOR_OWNED_FLAGS
 
 
 @cache
@@ -109,3 +82,26 @@ def quantization_choices(version: str | VLLMVersion) -> frozenset[str]:
 def alias_groups(version: str | VLLMVersion) -> list[frozenset[str]]:
     """Option strings that name one option (``--tensor-parallel-size``/``-tp``, ``--x``/``--no-x``)."""
     return [frozenset(group) for group in _entry(version).get("aliases", ())]
+
+
+@cache
+def every_flag() -> frozenset[str]:
+    """Every option string of every examined release."""
+    return frozenset().union(*(known_flags(v) for v in examined_versions()))
+
+
+def named_options(arg: str) -> frozenset[str]:
+    """The options of any examined release an argument may set, as vLLM's parser reads it: after
+    ``normalise_flag``, argparse (``allow_abbrev`` is left on: vLLM never turns it off) takes an exact option, else
+    any unambiguous prefix of a ``--`` option (``--max-model`` is ``--max-model-len``); a single-dash argument is
+    also read as a one-letter option with its value attached (``-n4`` is ``-n 4``, ``-qfp8`` is ``-q fp8``) or as a
+    prefix of a single-dash option (``-t`` is ``-tp``). Several options: argparse calls it ambiguous and exits."""
+    if not is_option(arg):
+        return frozenset()
+    key, flags = normalise_flag(arg), every_flag()
+    if key in flags:
+        return frozenset({key})
+    if key.startswith("--"):
+        return frozenset(f for f in flags if len(key) > 2 and f.startswith(key))
+    short = {key[:2]} & flags if len(key) > 2 else set()
+    return frozenset(short | {f for f in flags if not f.startswith("--") and f.startswith(key)})
