@@ -15,15 +15,18 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import NotFoundError
 
+from llm_autopilot.api.v1alpha1 import RemediationPolicy
 from llm_autopilot.controller import handlers
 from llm_autopilot.controller.gather import Gatherer, Target
 from llm_autopilot.controller.kube import ApplyRejected, Kube, LogUnavailable
 from llm_autopilot.controller.metrics import MetricsUnavailable, PrometheusClient, PrometheusSettings
+from llm_autopilot.controller.quiet import MAX_DELAY_SECONDS, later, next_due
 from llm_autopilot.remediation.classify import Signal
 from llm_autopilot.remediation.decide import Metrics
 from llm_autopilot.remediation.saturation import KV_SATURATION
+from llm_autopilot.remediation.state import Limits, RemediationState
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
-from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, FakePrometheus, Run, saturated
+from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, FakePrometheus, OperatorKilled, Run, saturated
 from tests.unit.vllm_logs import cpu_kv_capacity_log, termination_message
 
 QWEN_H100 = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"},
@@ -447,3 +450,50 @@ def test_an_invalid_spec_names_the_field_as_kubectl_does() -> None:
     run = Run({**QWEN_H100, "serving": {"maxModelLen": 1024}, "remediation": {"floors": {"minMaxModelLen": 2048}}})
     run.once()
     assert "spec.spec" not in run.condition("Planned")["message"], run.condition("Planned")
+
+
+# --- a step is recorded before it is applied (issue #15, class 3) ---------------------------------------------
+
+def _memory_limit(cluster: FakeCluster) -> str:
+    return str(cluster.deployment()["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"])
+
+
+def _limits() -> Limits:
+    return Limits(max_steps=4, spec_replicas=1, max_replicas=None, max_gpus=8, node_memory_gib=2000.0,
+                  floor_max_model_len=4096, floor_max_num_seqs=1, floor_max_num_batched_tokens=1,
+                  floor_gpu_memory_utilization=0.5)
+
+
+def test_an_operator_killed_between_the_two_writes_leaves_no_step_applied_but_unrecorded() -> None:
+    """The operator dies right after the first write of the reconcile that takes a step. Whatever ran then must
+    be recorded in the status; after the restart the children match the recorded step, taken once."""
+    run = deployed()
+    planned = _memory_limit(run.cluster)
+    run.cluster.crash(reason="OOMKilled", exit_code=137)
+    run.cluster.die_after_writes = 1
+    with pytest.raises(OperatorKilled):
+        run.once()
+    applied = run.remediation.get("applied") or []
+    if _memory_limit(run.cluster) != planned:  # the children changed: the status must say why
+        assert applied and f"{applied[-1].get('memoryLimitGiB'):g}Gi" == _memory_limit(run.cluster)
+    assert run.remediation.get("rung") == 1 and len(applied) == 1  # recorded first
+    run.once()  # the restarted operator (or Kopf's retry) with what the status says
+    assert run.remediation["rung"] == 1 and len(run.remediation["history"]) == 1  # not taken twice
+    assert _memory_limit(run.cluster) == f"{run.remediation['applied'][-1]['memoryLimitGiB']:g}Gi" != planned
+
+
+def test_a_huge_cooldown_neither_crashes_the_schedule_nor_loses_the_step() -> None:
+    """A cooldown of 10**20 s made next_due raise OverflowError after the children changed, every 60 s, and
+    Kopf's retries flipped the children back and forth while the status said nothing."""
+    run = deployed()
+    run.cluster.crash(reason="OOMKilled", exit_code=137)
+    run.once()
+    assert run.remediation["rung"] == 1
+    policy = RemediationPolicy.model_construct(**{**RemediationPolicy().__dict__, "cooldown_seconds": 10**20,
+                                                   "kv_saturation_window_seconds": 10**20,
+                                                   "stable_window_seconds": 10**20})
+    state, _ = RemediationState.read(run.remediation, _limits(), datetime.now(UTC))
+    now = datetime.now(UTC)
+    due = next_due(state, policy, now, 60)
+    assert now < due <= now + timedelta(seconds=60)
+    assert later(now, 10**20) == later(now, MAX_DELAY_SECONDS) and later(datetime.max.replace(tzinfo=UTC), 1) > now

@@ -203,7 +203,7 @@ def _finish(out: Outcome, body: kopf.Body, patch: kopf.Patch, what: str) -> None
     telemetry.WRITES.inc(out.writes + (1 if out.status else 0))
     _report(out, body, patch)
     if out.retry:
-        raise kopf.TemporaryError("model could not be resolved yet; retrying", delay=30)
+        raise kopf.TemporaryError(out.retry_reason, delay=out.retry_delay)
 
 
 def _reconcile(body: kopf.Body, patch: kopf.Patch, watched: Watched | None, what: str) -> None:
@@ -212,7 +212,8 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, watched: Watched | None, what
         out = reconciling.reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
                                     generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
                                     status=dict(body.get("status") or {}), kube=_cluster(watched),
-                                    settings=SETTINGS, gatherer=gatherer())
+                                    settings=SETTINGS, gatherer=gatherer(),
+                                    resource_version=meta.get("resourceVersion"))
     except Exception:
         telemetry.RECONCILES.labels("error").inc()
         raise

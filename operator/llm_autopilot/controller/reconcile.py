@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
@@ -31,6 +31,7 @@ from llm_autopilot.controller.quiet import (
     QuietMemory,
     Seen,
     fingerprint,
+    later,
     metrics_verdict,
     next_due,
     unsettled,
@@ -67,8 +68,14 @@ class Cluster(PodSource, Protocol):
 
     def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None: ...
 
-    def apply_all(self, objects: list[dict[str, Any]]) -> int:
-        """Write the objects that changed, all or none; raises ApplyRejected."""
+    def apply_all(self, objects: list[dict[str, Any]], before_write: Callable[[], None] | None = None) -> int:
+        """Write the objects that changed, all or none; raises ApplyRejected. ``before_write`` runs after the
+        dry runs passed, before the first write."""
+        ...
+
+    def patch_llmd_status(self, namespace: str, name: str, status: dict[str, Any],
+                          resource_version: str | None = None) -> None:
+        """Merge-patch the LLMDeployment's status; with ``resource_version``, 409 if it changed since."""
         ...
 
     def secret_value(self, namespace: str, name: str, key: str) -> str | None:
@@ -97,6 +104,9 @@ class Outcome:
     kv_question: tuple[int, float] | None = None
     #: False for a quiet resync (nothing was planned, rendered or read)
     full: bool = True
+    #: why a retry is asked for, and after how many seconds
+    retry_reason: str = "model could not be resolved yet; retrying"
+    retry_delay: float = 30.0
 
 
 def _utcnow() -> datetime:
@@ -141,6 +151,10 @@ def max_replicas_problem(max_replicas: int, plan: Plan, pool: GPUPool) -> str | 
     return (f"spec.autoscaling.maxReplicas {max_replicas} is more than the GPU pool holds: {fit} replicas of "
             f"{plan.summary} fit on its {pool.nodes} node(s) of {pool.gpus_per_node} x {pool.gpu.display_name}; "
             f"set maxReplicas to {fit} or fewer")
+
+
+class StatusConflict(RuntimeError):
+    """The LLMDeployment changed between the read and the status write (409): nothing was written."""
 
 
 class SecretUnreadable(RuntimeError):
@@ -342,9 +356,11 @@ class Reconciler:
     """One pass over one object; collects the status changes and events to report."""
 
     def __init__(self, *, name: str, namespace: str, uid: str, generation: int | None, status: dict[str, Any],
-                 kube: Cluster, settings: OperatorSettings, gatherer: Gatherer) -> None:
+                 kube: Cluster, settings: OperatorSettings, gatherer: Gatherer,
+                 resource_version: str | None = None) -> None:
         self.owner = Owner(name, namespace, uid)
         self.generation = generation
+        self.resource_version = resource_version
         self.status = status
         self.kube = kube
         self.settings = settings
@@ -429,11 +445,24 @@ class Reconciler:
         current = render(ctx, choice, state.overrides, self.owner, self.settings, live)
         view = workload_view(self.kube, current)
         final, decision = self.remediate(ctx, current, state, view, live)
+        recorded: list[bool] = []
+
+        def record_first() -> None:  # the dry runs passed: the step goes into the status before any child
+            if decision.changed:
+                self.record_step(decision.state)
+                recorded.append(True)
+
         try:
-            written = self.kube.apply_all(final.objects)
+            written = self.kube.apply_all(final.objects, before_write=record_first)
         except ApplyRejected as exc:
-            # nothing was written: a step whose objects the API server refuses is not taken, nor reported
+            if recorded:  # refused for real after the dry run (a race): the recorded step is applied next pass
+                self.state = self.origin
+            # else nothing was written: a step whose objects the API server refuses is not taken, nor reported
             return self.fail("ApplyRejected", clean_line(str(exc), _MESSAGE_LIMIT))
+        except StatusConflict:
+            # the object changed since it was read: nothing was written; decide again on what it says now
+            return Outcome(retry=True, retry_reason="the LLMDeployment changed while it was reconciled; retrying",
+                           retry_delay=1.0)
         self.out.writes += written
         self.record(decision)
         if written:
@@ -475,6 +504,21 @@ class Reconciler:
         decision = decide(evidence, state, policy, _running(current, ctx), now=self.now, probe=probe)
         return (renders[decision.overrides] if decision.changed else current), decision
 
+    def record_step(self, state: RemediationState) -> None:
+        """Write a remediation step (or relax) to the status before the children that carry it, so no crash in
+        between can leave a step applied but unrecorded: a reconcile after a crash reads the recorded step and
+        applies its children (the apply is idempotent). Raises StatusConflict when the object changed since it
+        was read."""
+        try:
+            self.kube.patch_llmd_status(self.owner.namespace, self.owner.name, {"remediation": state.to_status()},
+                                        resource_version=self.resource_version)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise StatusConflict(api_message(exc)) from exc
+            raise
+        self.out.writes += 1
+        self.origin, self.repaired = state, False  # written: finish() need not write it again
+
     def record(self, decision: Decision) -> None:
         """The decision's state, conditions, events and counters, once its objects are written."""
         self.state = decision.state
@@ -514,9 +558,11 @@ class Reconciler:
 def reconcile(
     *, name: str, namespace: str, uid: str, generation: int | None, spec_body: dict[str, Any],
     status: dict[str, Any], kube: Cluster, settings: OperatorSettings, gatherer: Gatherer | None = None,
+    resource_version: str | None = None,
 ) -> Outcome:
     return Reconciler(name=name, namespace=namespace, uid=uid, generation=generation, status=status, kube=kube,
-                      settings=settings, gatherer=gatherer or gatherer_for(kube, settings)).run(spec_body)
+                      settings=settings, gatherer=gatherer or gatherer_for(kube, settings),
+                      resource_version=resource_version).run(spec_body)
 
 
 def _settings_digest(settings: OperatorSettings) -> str:
@@ -543,8 +589,8 @@ def resync(
             and _verdict(gatherer, seen, current_pods) == seen.metrics):
         return Outcome(full=False, settled=True, due=seen.due, plan_hash=seen.plan_hash, metrics=seen.metrics)
     out = reconcile(name=name, namespace=namespace, uid=uid, generation=generation, spec_body=spec_body,
-                    status=status, kube=kube, settings=settings, gatherer=gatherer)
-    due = out.due or _utcnow() + timedelta(seconds=settings.full_check_seconds)
+                    status=status, kube=kube, settings=settings, gatherer=gatherer, resource_version=resource_version)
+    due = out.due or later(_utcnow(), settings.full_check_seconds)
     memory.remember(uid, Seen(fingerprint=key, metrics=out.metrics, due=due, settled=out.settled and not out.retry,
                               plan_hash=out.plan_hash, namespace=namespace, kv_question=out.kv_question))
     return out
