@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import ApplyRejected, LogUnavailable, NodeGPUs
-from llm_autopilot.controller.metrics import MetricsUnavailable
+from llm_autopilot.controller.metrics import MetricsUnavailable, QueryRejected
 from llm_autopilot.controller.reconcile import Outcome, reconcile
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
@@ -157,6 +157,8 @@ class FakePrometheus:
 
     answer: Callable[[str], float | None] = lambda _query: None
     down: bool = False
+    #: Prometheus's error for a query it refuses (HTTP 400 bad_data), None: it accepts them
+    refuses: str | None = None
     where: str = "Prometheus at http://prometheus.test"
     queries: list[str] = field(default_factory=list)
 
@@ -164,6 +166,8 @@ class FakePrometheus:
         self.queries.append(query)
         if self.down:
             raise MetricsUnavailable("Prometheus query failed: ConnectionError: connection refused")
+        if self.refuses is not None:
+            raise QueryRejected(f"Prometheus refused the query (HTTP 400, bad_data): {self.refuses}")
         return self.answer(query)
 
 

@@ -3,6 +3,7 @@ once, falling back quietly), reconcile's status handling, apply failures, the Hu
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -14,12 +15,20 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import NotFoundError
+from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from llm_autopilot.api.v1alpha1 import RemediationPolicy
 from llm_autopilot.controller import handlers
 from llm_autopilot.controller.gather import Gatherer, Target
 from llm_autopilot.controller.kube import ApplyRejected, Kube, LogUnavailable
-from llm_autopilot.controller.metrics import MetricsUnavailable, PrometheusClient, PrometheusSettings
+from llm_autopilot.controller.metrics import (
+    MetricsUnavailable,
+    PrometheusClient,
+    PrometheusSettings,
+    QueryRejected,
+    failure_text,
+    query_failure,
+)
 from llm_autopilot.controller.quiet import MAX_DELAY_SECONDS, later, next_due
 from llm_autopilot.remediation.classify import Signal
 from llm_autopilot.remediation.decide import Metrics
@@ -108,7 +117,7 @@ def test_prometheus_down_is_metrics_unavailable_and_no_pod_no_query() -> None:
     run.cluster.pod_list = []
     up = FakePrometheus(answer=saturated())
     evidence = Gatherer(run.cluster, up).gather(target(run.cluster))
-    assert evidence.metrics is Metrics.AVAILABLE and evidence.saturation is None and up.queries == []
+    assert evidence.metrics is Metrics.NOT_ASKED and evidence.saturation is None and up.queries == []
 
 
 def test_kv_saturation_is_asked_for_the_current_plans_pods_only() -> None:
@@ -497,3 +506,58 @@ def test_a_huge_cooldown_neither_crashes_the_schedule_nor_loses_the_step() -> No
     due = next_due(state, policy, now, 60)
     assert now < due <= now + timedelta(seconds=60)
     assert later(now, 10**20) == later(now, MAX_DELAY_SECONDS) and later(datetime.max.replace(tzinfo=UTC), 1) > now
+
+
+# --- what MetricsAvailable says (issue #15, classes 4 and 5) --------------------------------------------------
+
+def _client_error(status: int, body: bytes) -> Exception:
+    """A non-200 answer as prometheus-api-client raises it."""
+    return PrometheusApiClientException(f"HTTP Status Code {status} ({body!r})")
+
+
+def test_a_query_prometheus_refuses_is_query_rejected_not_an_outage() -> None:
+    error = 'invalid parameter "query": 1:31: parse error: duration out of range\x1b[31m' + "x" * 1000
+    body = json.dumps({"status": "error", "errorType": "bad_data", "error": error}).encode()
+    rejected = query_failure(_client_error(400, body))
+    assert isinstance(rejected, QueryRejected) and "duration out of range" in str(rejected)
+    assert "\x1b" not in str(rejected) and len(str(rejected)) < 400
+    unavailable = query_failure(_client_error(503, b'{"status":"error","errorType":"timeout","error":"timed out"}'))
+    assert not isinstance(unavailable, QueryRejected) and "503" in str(unavailable)
+    assert not isinstance(query_failure(_client_error(502, b"<html>bad gateway</html>")), QueryRejected)
+    run = deployed(prometheus=FakePrometheus(refuses="1:31: parse error: duration out of range"))
+    run.cluster.running()
+    run.once()
+    metrics = run.condition("MetricsAvailable")
+    assert (metrics["status"], metrics["reason"]) == ("False", "QueryRejected")
+    assert "duration out of range" in metrics["message"] and "kvSaturationWindowSeconds" in metrics["message"]
+
+
+def test_the_same_outage_is_said_the_same_way_every_time() -> None:
+    """An unreachable Prometheus's message named a Python object's address and the whole query: each reconcile
+    wrote a new message (a status write, a full resync) for the same outage."""
+    texts = {failure_text(ConnectionError(
+        f"HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with url: /api/v1/query?query=max"
+        f"%28x%29&timeout=5s (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at "
+        f"{address}>: Failed to establish a new connection: [Errno 111] Connection refused'))"))
+        for address in ("0x7f1a2b3c4d5e", "0x7f99aa00bb11")}
+    (text,) = texts
+    assert "Connection refused" in text and "0x" not in text and "max%28" not in text
+
+
+def test_metrics_available_holds_still_while_no_pod_runs_the_plan() -> None:
+    """During an outage a reconcile that found no pod of the current plan (a rollout, a restart) asked
+    Prometheus nothing and wrote MetricsAvailable=True/Queried: the condition flickered."""
+    run = deployed(prometheus=FakePrometheus(down=True))
+    run.cluster.running()
+    run.once()
+    assert run.condition("MetricsAvailable")["reason"] == "PrometheusUnreachable"
+    run.cluster.pod_list = []  # the plan's pods are being replaced
+    run.once()
+    metrics = run.condition("MetricsAvailable")
+    assert (metrics["status"], metrics["reason"]) == ("False", "PrometheusUnreachable")
+    assert run.prometheus is not None
+    run.prometheus.down = False
+    run.cluster.running()
+    run.once()
+    assert (run.condition("MetricsAvailable")["status"], run.condition("MetricsAvailable")["reason"]) == (
+        "True", "Queried")
