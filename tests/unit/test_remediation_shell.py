@@ -33,7 +33,7 @@ from llm_autopilot.controller.quiet import MAX_DELAY_SECONDS, later, next_due
 from llm_autopilot.remediation.classify import Signal
 from llm_autopilot.remediation.decide import Metrics
 from llm_autopilot.remediation.saturation import KV_SATURATION
-from llm_autopilot.remediation.state import Limits, RemediationState
+from llm_autopilot.remediation.state import Limits, RemediationState, attestation
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
 from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, FakePrometheus, OperatorKilled, Run, saturated
 from tests.unit.vllm_logs import cpu_kv_capacity_log, termination_message
@@ -368,14 +368,85 @@ def test_a_rung_written_below_zero_does_not_buy_more_steps() -> None:
     assert run.remediation["rung"] == 1 and run.condition("Degraded")["reason"] == "RemediationExhausted"
 
 
-def test_overrides_written_by_others_are_clamped_before_rendering() -> None:
+def recorded(*entries: dict[str, Any], generation: int = 1) -> list[dict[str, Any]]:
+    """Applied entries as the operator records them for Run's object (uid "uid"): attested, chained."""
+    chain, previous = [], ""
+    for entry in entries:
+        previous = attestation("uid", generation, entry, previous)
+        chain.append({**entry, "generation": generation, "attestation": previous})
+    return chain
+
+
+def _steps(remediation: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in e.items() if k not in ("generation", "attestation")} for e in remediation["applied"]]
+
+
+def test_recorded_overrides_are_clamped_before_rendering() -> None:
+    """A recorded step the spec no longer allows (maxReplicas lowered) is clamped; the memory limit to the nodes of
+    the planned pool (H100 here)."""
     run = deployed({**QWEN_H100, "remediation": {"cooldownSeconds": 0, "maxReplicas": 3}})
     run.status["remediation"] = {**run.remediation, "rung": 1,
-                                 "applied": [{"replicas": 100000, "memoryLimitGiB": 1e9}]}
+                                 "applied": recorded({"replicas": 100000, "memoryLimitGiB": 1e9})}
     run.once()
     container = run.cluster.deployment()["spec"]["template"]["spec"]["containers"][0]
     assert run.cluster.deployment()["spec"]["replicas"] == 3 and container["resources"]["limits"]["memory"] == "2000Gi"
-    assert run.remediation["applied"] == [{"replicas": 3, "memoryLimitGiB": 2000.0}]
+    assert _steps(run.remediation) == [{"replicas": 3, "memoryLimitGiB": 2000.0}]
+    assert run.remediation["applied"][0]["attestation"] == recorded({"replicas": 3, "memoryLimitGiB": 2000.0})[0][
+        "attestation"]  # attested again as clamped
+    run.once()
+    assert "StatusRepaired" not in run.reasons() and "UnattributedRemediation" not in run.reasons()  # said once
+
+
+def _recently() -> str:
+    return (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+L4_SPEC = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"},
+           "serving": {"maxModelLen": 4096}, "remediation": {"cooldownSeconds": 0}}
+
+
+def test_the_memory_limit_is_bounded_by_the_planned_pools_nodes_not_the_largest_node() -> None:
+    """The cluster has an H100 node with 2000 GiB and an L4 node with 120 GiB; a plan on L4 never gets a memory
+    limit above 120 GiB, neither from the status nor from remediation's own steps."""
+    run = deployed(L4_SPEC)
+    run.status["remediation"] = {**run.remediation, "rung": 1, "applied": recorded({"memoryLimitGiB": 1500.0}),
+                                 "lastSignalTime": _recently()}  # not calm for long: no relax
+    run.once()
+    assert _steps(run.remediation) == [{"memoryLimitGiB": 120.0}]
+    assert _memory_limit(run.cluster) == "120Gi"
+    run = deployed({**L4_SPEC, "remediation": {"cooldownSeconds": 0, "maxSteps": 12}})
+    for restart in range(1, 12):  # OOM after OOM: the ladder grows the limit up to the node's memory
+        run.cluster.crash(reason="OOMKilled", exit_code=137, restarts=restart,
+                          finished_at=f"2026-12-01T00:{restart:02d}:00Z")
+        run.once()
+    limits = [e.get("memoryLimitGiB") for e in run.remediation["applied"]]
+    assert limits and max(limit or 0 for limit in limits) <= 120.0
+    assert _memory_limit(run.cluster).removesuffix("Gi") and float(_memory_limit(run.cluster)[:-2]) <= 120.0
+
+
+def test_a_forged_remediation_step_is_dropped_not_applied() -> None:
+    """Someone who may write llmdeployments/status plants applied entries: hand-written (no attestation), with
+    a made-up one, copied from another object, or edited after the operator recorded it. None is applied."""
+    run = deployed()
+    deployment = run.cluster.deployment()
+    step = {"gpuMemoryUtilization": 0.7, "maxNumSeqs": 8}
+    other = recorded(step)[0] | {"attestation": attestation("other-uid", 1, step, "")}
+    edited = recorded({"maxNumSeqs": 64})[0] | {"maxNumSeqs": 8}
+    for forged in ([step], [{**step, "generation": 1, "attestation": "0" * 32}], [other], [edited],
+                   [recorded(step, generation=2)[0]]):  # a generation the spec never had
+        run.status["remediation"] = {**run.remediation, "rung": 1, "applied": forged}
+        run.once()
+        assert run.reasons() == ["UnattributedRemediation"], forged
+        assert "not recorded by the operator" in run.last.events[0][2]  # type: ignore[union-attr]
+        assert run.remediation["applied"] == [] and run.remediation["rung"] == 0
+        assert run.cluster.deployment() == deployment  # the children never moved
+    # a genuine chain with a forged entry appended: the genuine one stays, the forged one goes
+    genuine = recorded({"memoryLimitGiB": 100.0})
+    run.status["remediation"] = {**run.remediation, "rung": 2, "applied": [*genuine, step],
+                                 "lastSignalTime": _recently()}
+    run.once()
+    assert _steps(run.remediation) == [{"memoryLimitGiB": 100.0}] and run.remediation["rung"] == 1
+
 
 
 def test_prometheus_down_holds_still_then_the_held_back_step_is_taken() -> None:
@@ -418,7 +489,7 @@ def test_ready_uses_the_effective_replicas_in_the_reconcile_and_the_deployment_w
     """D14: after a "one more replica" rung both writers say 2/2, and quiet rounds write nothing."""
     spec = {**QWEN_H100, "replicas": 1, "remediation": {"maxReplicas": 3, "stableWindowSeconds": 10**7}}
     recently = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")  # not calm for long
-    run = Run(spec, cluster=handler_cluster, status={"remediation": {"rung": 1, "applied": [{"replicas": 2}],
+    run = Run(spec, cluster=handler_cluster, status={"remediation": {"rung": 1, "applied": recorded({"replicas": 2}),
                                                                      "lastSignalTime": recently}})
     run.once()
     ready = run.condition("Ready")
@@ -561,3 +632,4 @@ def test_metrics_available_holds_still_while_no_pod_runs_the_plan() -> None:
     run.once()
     assert (run.condition("MetricsAvailable")["status"], run.condition("MetricsAvailable")["reason"]) == (
         "True", "Queried")
+

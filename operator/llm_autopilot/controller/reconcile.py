@@ -9,7 +9,7 @@ enters through ``resync``, which first asks whether anything the reconcile reads
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -45,7 +45,7 @@ from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replic
 from llm_autopilot.remediation.decide import METRICS_AVAILABLE, Decision, Evidence, Probe, decide
 from llm_autopilot.remediation.evidence import apply_overrides
 from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_floor
-from llm_autopilot.remediation.state import MAX_REPLICAS, Limits, RemediationState, effective_replicas
+from llm_autopilot.remediation.state import MAX_REPLICAS, Author, Limits, RemediationState, effective_replicas
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render import groups
 from llm_autopilot.render.autoscaling import KEDA_CRD
@@ -125,6 +125,17 @@ def ready_condition(deployment: dict[str, Any] | None, *, spec_replicas: int, ma
     return deployment_ready(deployment, replicas)
 
 
+def observed_replicas(deployment: Mapping[str, Any] | None) -> dict[str, int]:
+    """status.replicas and status.readyReplicas (the REPLICAS and AVAILABLE columns) from the workload's status:
+    both writers of Ready (the reconcile and the Deployment watch) write them with it."""
+    observed = (deployment or {}).get("status") or {}
+    return {"replicas": _int(observed.get("replicas")), "readyReplicas": _int(observed.get("availableReplicas"))}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def autoscaling_problem(spec: LLMDeploymentSpec, choice: PoolChoice,
                         settings: OperatorSettings) -> tuple[str, str] | None:
     """(reason, message) when spec.autoscaling cannot be honoured: no Prometheus for KEDA, or more replicas than
@@ -197,9 +208,19 @@ class Context:
     spec: LLMDeploymentSpec
     request_for: Callable[[GPUPool, Overrides], PlanRequest]
     pools: list[GPUPool]
+    #: the most allocatable memory of any matching GPU node (GiB; 0: none known)
     node_memory_gib: float
     #: the shortest max_model_len remediation may cut to (never 1: see ladder.max_model_len_floor)
     floor_max_model_len: int
+    #: per GPU (catalog name): the most allocatable memory of a matching node with it (GiB)
+    pool_memory_gib: dict[str, float] = field(default_factory=dict)
+
+    def memory_of(self, pool: GPUPool | None) -> float:
+        """The memory bound of a pool's nodes (0: no node of it is known); remediation's memory limit never
+        goes above the nodes the plan runs on, whatever larger nodes of other GPUs the cluster has."""
+        if pool is None:
+            return self.node_memory_gib
+        return self.pool_memory_gib.get(pool.gpu.name, 0.0)
 
 
 def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: OperatorSettings) -> Context:
@@ -216,8 +237,12 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: Op
     wanted = spec.gpu.node_selector or {}
     nodes = kube.gpu_nodes()
     pools = convert.gpu_pools(spec, ((n.labels, n.allocatable_gpus) for n in nodes))
-    memory = max((n.allocatable_memory_gib for n in nodes if gpu_from_labels(n.labels)
-                  and all(n.labels.get(k) == v for k, v in wanted.items())), default=0.0)
+    pool_memory: dict[str, float] = {}
+    for n in nodes:
+        gpu = gpu_from_labels(n.labels)
+        if gpu is not None and all(n.labels.get(k) == v for k, v in wanted.items()):
+            pool_memory[gpu.name] = max(pool_memory.get(gpu.name, 0.0), n.allocatable_memory_gib)
+    memory = max(pool_memory.values(), default=0.0)
     floor = max_model_len_floor(floor=spec.remediation.floors.min_max_model_len,
                                 serving_min=spec.serving.min_max_model_len,
                                 serving_max=spec.serving.fixed_max_model_len,
@@ -228,15 +253,16 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: Op
         targets = apply_overrides(convert.targets_for_pool(spec, pool), overrides, floor_max_model_len=floor)
         return PlanRequest(model, pool.gpu, behaviour, targets)
 
-    return Context(spec, request_for, pools, memory, floor)
+    return Context(spec, request_for, pools, memory, floor, pool_memory)
 
 
-def limits(ctx: Context) -> Limits:
-    """The bounds a status read from the cluster is clamped into."""
+def limits(ctx: Context, node_memory_gib: float | None = None) -> Limits:
+    """The bounds a status read from the cluster is clamped into (the memory limit: the given pool's nodes')."""
     spec, floors = ctx.spec, ctx.spec.remediation.floors
     return Limits(max_steps=spec.remediation.max_steps, spec_replicas=spec.replicas,
                   max_replicas=spec.remediation.max_replicas, max_gpus=spec.gpu.max_gpus,
-                  node_memory_gib=ctx.node_memory_gib, floor_max_model_len=ctx.floor_max_model_len,
+                  node_memory_gib=ctx.node_memory_gib if node_memory_gib is None else node_memory_gib,
+                  floor_max_model_len=ctx.floor_max_model_len,
                   floor_max_num_seqs=floors.min_max_num_seqs,
                   floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
                   floor_gpu_memory_utilization=floors.min_gpu_memory_utilization)
@@ -259,6 +285,7 @@ class Rendered:
     #: the pods that serve the API (the scale subresource's selector)
     serving_selector: dict[str, str]
     shape: Shape
+    pool: GPUPool | None = None
 
     @property
     def nodes(self) -> int:
@@ -289,7 +316,8 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
                             replicas=overrides.replicas, memory_limit_gib=overrides.memory_limit_gib,
                             host_memory_gib=host, prometheus_address=prometheus)
     workload = children(inputs, live or Live())
-    return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape)
+    return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape,
+                    choice.pool)
 
 
 def read_live(kube: Cluster, owner: Owner, multi_node: bool) -> Live:
@@ -332,7 +360,7 @@ def _running(r: Rendered, ctx: Context) -> Running:
         fp8_kv_allowed="fp8" in spec.serving.allowed_kv_cache_dtypes,
         max_gpus=min(spec.gpu.max_gpus, pool_max),
         max_replicas=min(spec.remediation.max_replicas or spec.replicas, MAX_REPLICAS),
-        node_memory_gib=ctx.node_memory_gib or memory_limit_gib(r.inputs),
+        node_memory_gib=ctx.memory_of(r.pool) or memory_limit_gib(r.inputs),
         floor_max_model_len=ctx.floor_max_model_len,
         floor_gpu_memory_utilization=floors.min_gpu_memory_utilization,
         floor_max_num_seqs=floors.min_max_num_seqs, floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
@@ -396,17 +424,34 @@ class Reconciler:
             self.out.status["conditions"] = self.conditions
         if _changed(self.status, "observedGeneration", self.generation):
             self.out.status["observedGeneration"] = self.generation
-        if self.state is not None and (self.state != self.origin or self.repaired):
-            self.out.status["remediation"] = self.state.to_status()
+        if self.state is not None:
+            self.state = self.state.attested(self.author)
+            if self.state != self.origin or self.repaired:
+                self.out.status["remediation"] = self.state.to_status()
         return self.out
 
+    @property
+    def author(self) -> Author:
+        return Author(self.owner.uid, self.generation or 0)
+
     def read_state(self, ctx: Context) -> RemediationState:
-        state, repairs = RemediationState.read(self.status.get("remediation"), limits(ctx), self.now)
-        for repair in repairs:
-            logger.warning("%s/%s: %s", self.owner.namespace, self.owner.name, repair)
-        if repairs:  # written back repaired, so this is said once
+        """The remediation state, only with the steps the operator recorded for this object, each clamped to
+        the spec and to the nodes of the pool its overrides plan on."""
+        raw = self.status.get("remediation")
+        cap: float | None = None
+        loose, _, _ = RemediationState.read_attributed(raw, limits(ctx), self.now, self.author)
+        if loose.overrides.memory_limit_gib is not None:  # bounded by the planned pool's nodes, not the largest
+            choice = plan_with(ctx, loose.overrides)
+            if isinstance(choice.result, Plan) and choice.pool is not None:
+                cap = ctx.memory_of(choice.pool) or None
+        state, repairs, dropped = RemediationState.read_attributed(raw, limits(ctx, cap), self.now, self.author)
+        for note in (*dropped, *repairs):
+            logger.warning("%s/%s: %s", self.owner.namespace, self.owner.name, note)
+        if dropped:  # written back without them, so this is said once
+            self.event("Warning", "UnattributedRemediation", "; ".join(dropped))
+        if repairs:
             self.event("Warning", "StatusRepaired", "; ".join(repairs))
-        self.origin, self.state, self.repaired = state, state, bool(repairs)
+        self.origin, self.state, self.repaired = state, state, bool(repairs or dropped)
         return state
 
     def run(self, spec_body: dict[str, Any]) -> Outcome:
@@ -510,6 +555,7 @@ class Reconciler:
         applies its children (the apply is idempotent). Raises StatusConflict when the object changed since it
         was read."""
         try:
+            state = state.attested(self.author)
             self.kube.patch_llmd_status(self.owner.namespace, self.owner.name, {"remediation": state.to_status()},
                                         resource_version=self.resource_version)
         except ApiException as exc:
@@ -542,10 +588,7 @@ class Reconciler:
         self.condition(READY, *ready_condition(deployment, spec_replicas=ctx.spec.replicas,
                                                max_replicas=ctx.spec.remediation.max_replicas,
                                                remediation=remediation, autoscaled=ctx.spec.autoscaling is not None))
-        observed = (deployment or {}).get("status") or {}
-        for key, value in (("replicas", int(observed.get("replicas") or 0)),
-                           ("readyReplicas", int(observed.get("availableReplicas") or 0)),
-                           ("selector", label_selector(r.serving_selector))):
+        for key, value in (*observed_replicas(deployment).items(), ("selector", label_selector(r.serving_selector))):
             if _changed(self.status, key, value):
                 self.out.status[key] = value
         if not any(c.get("type") == DEGRADED for c in self.conditions):
