@@ -633,3 +633,23 @@ def test_metrics_available_holds_still_while_no_pod_runs_the_plan() -> None:
     assert (run.condition("MetricsAvailable")["status"], run.condition("MetricsAvailable")["reason"]) == (
         "True", "Queried")
 
+
+def test_the_deployment_watch_writes_ready_replicas_with_ready(handler_cluster: FakeCluster) -> None:
+    """AVAILABLE (status.readyReplicas) read 0 right after Ready=True, until the next resync."""
+    run = Run(QWEN_H100, cluster=handler_cluster)
+    handler_cluster.apply_all = lambda objects, before_write=None: FakeCluster.apply_all(  # type: ignore[method-assign]
+        handler_cluster, objects, before_write) and _not_available(handler_cluster)
+    run.once()  # the Deployment is created; none of its pods is available yet
+    assert run.condition("Ready")["status"] == "False" and run.status["readyReplicas"] == 0
+    handler_cluster.llmd = {"metadata": {"name": NAME, "generation": 1, "resourceVersion": "7"},
+                            "spec": QWEN_H100, "status": run.status}
+    handler_cluster.deployment()["status"].update(replicas=1, availableReplicas=1)  # the pod became available
+    handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+    (patch,) = handler_cluster.status_patches
+    ready = next(c for c in patch["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and (patch["readyReplicas"], patch["replicas"]) == (1, 1)
+
+
+def _not_available(cluster: FakeCluster) -> int:
+    cluster.deployment()["status"]["availableReplicas"] = 0
+    return 1
