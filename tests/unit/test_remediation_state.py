@@ -6,10 +6,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from llm_autopilot.api.crd import crd
-from llm_autopilot.api.v1alpha1 import RemediationEvent
+from llm_autopilot.api.v1alpha1 import RemediationEvent, RemediationPolicy
+from llm_autopilot.controller.quiet import next_due
 from llm_autopilot.remediation.ladder import Overrides
 from llm_autopilot.remediation.state import Author, Limits, RemediationState, attestation, effective_replicas
 
@@ -203,3 +206,24 @@ def test_a_new_step_is_attested_with_the_current_generation_and_chained() -> Non
     assert [e.generation for e in stepped.applied] == [2, 3]
     assert stepped.applied[1].attestation == attestation("uid-1", 3, {"maxNumSeqs": 64},
                                                           str(stepped.applied[0].attestation))
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                  max_size=3), max_leaves=10)
+_entry = st.dictionaries(st.sampled_from(["memoryLimitGiB", "maxNumSeqs", "replicas", "generation", "attestation",
+                                          "gpuMemoryUtilization", "x"]), _json, max_size=5)
+
+
+@given(st.lists(_entry | _json, max_size=4), st.integers(-(10**30), 10**30))
+@settings(max_examples=200, deadline=None)
+def test_no_planted_entry_is_ever_applied_and_no_number_breaks_the_reader(planted: list[Any], number: int) -> None:
+    """Whatever was planted (any JSON, huge numbers), the reader keeps nothing the operator did not attest and
+    never raises; neither does the quiet resync's schedule on what it kept."""
+    raw = {"rung": number, "relaxBackoff": number, "lastStepTime": "2026-12-01T11:00:00Z", "applied": planted}
+    state, _, _ = RemediationState.read_attributed(raw, LIMITS, NOW, AUTHOR)
+    assert state.applied == () and state.rung == 0
+    policy = RemediationPolicy.model_construct(**{**RemediationPolicy().__dict__, "cooldown_seconds": abs(number),
+                                                   "stable_window_seconds": abs(number),
+                                                   "kv_saturation_window_seconds": abs(number)})
+    assert next_due(state, policy, NOW, 60) > NOW
