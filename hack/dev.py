@@ -47,14 +47,34 @@ def kubectl(env: dict[str, str], *args: str, capture: bool = False) -> str:
     return result.stdout if capture else ""
 
 
-def operator_running(pid_file: Path) -> bool:
+def process_state(pid: int, proc: Path = Path("/proc")) -> str | None:
+    """The state letter of /proc/PID/stat (R, S, D, Z for a zombie, ...); None when there is no such process."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so the state follows the last ")"
+    fields = stat[stat.rfind(")") + 1:].split()
+    return fields[0] if fields else None
+
+
+def operator_running(pid_file: Path, proc: Path = Path("/proc")) -> bool:
+    """Whether the PID file names a live operator: a process that exists, is not a zombie (killed and not
+    reaped: it holds its pid, not the port or the watches) and runs llm-autopilot (not a recycled pid)."""
     if not pid_file.exists():
         return False
     try:
-        os.kill(int(pid_file.read_text()), 0)
-    except (ValueError, ProcessLookupError):
+        pid = int(pid_file.read_text())
+    except ValueError:
         return False
-    return True
+    state = process_state(pid, proc)
+    if state is None or state in ("Z", "X"):
+        return False
+    try:
+        cmdline = (proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"llm-autopilot" in cmdline
 
 
 def up() -> int:

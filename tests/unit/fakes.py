@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import ApplyRejected, LogUnavailable, NodeGPUs
-from llm_autopilot.controller.metrics import MetricsUnavailable
+from llm_autopilot.controller.metrics import MetricsUnavailable, QueryRejected
 from llm_autopilot.controller.reconcile import Outcome, reconcile
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
@@ -41,6 +41,10 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+class OperatorKilled(BaseException):
+    """The operator process died here (a BaseException: no handler of the code under test catches it)."""
+
+
 @dataclass
 class FakeCluster:
     nodes: list[NodeGPUs] = field(default_factory=lambda: [NodeGPUs(dict(H100), 8, 2000.0),
@@ -59,6 +63,15 @@ class FakeCluster:
     status_patches: list[dict[str, Any]] = field(default_factory=list)
     llmd: dict[str, Any] | None = None
     conflicts: int = 0
+    #: the operator "dies" (OperatorKilled) right after this many more writes (status patches, object applies)
+    die_after_writes: int | None = None
+
+    def _wrote(self) -> None:
+        if self.die_after_writes is not None:
+            self.die_after_writes -= 1
+            if self.die_after_writes <= 0:
+                self.die_after_writes = None
+                raise OperatorKilled("the operator was killed after this write")
 
     def gpu_nodes(self) -> list[NodeGPUs]:
         return list(self.nodes)
@@ -68,12 +81,14 @@ class FakeCluster:
             return copy.deepcopy(self.llmd)
         return copy.deepcopy(self.objects.get((kind, name)))
 
-    def apply_all(self, objects: list[dict[str, Any]]) -> int:
+    def apply_all(self, objects: list[dict[str, Any]], before_write: Callable[[], None] | None = None) -> int:
         stale = [o for o in objects if (self.objects.get((o["kind"], o["metadata"]["name"])) or {}).get(
             "metadata", {}).get("annotations", {}).get(INPUT_HASH) != o["metadata"]["annotations"][INPUT_HASH]]
         for obj in stale:
             if obj["kind"] in self.reject:
                 raise ApplyRejected(f"{obj['kind']} {obj['metadata']['name']}: {self.reject[obj['kind']]}")
+        if before_write is not None:
+            before_write()
         for obj in stale:
             live = self.objects.get((obj["kind"], obj["metadata"]["name"]))
             new = copy.deepcopy(obj)
@@ -83,6 +98,7 @@ class FakeCluster:
             new["status"] = {"observedGeneration": generation, "updatedReplicas": replicas,
                              "availableReplicas": replicas}
             self.objects[(obj["kind"], obj["metadata"]["name"])] = new
+            self._wrote()
         return len(stale)
 
     def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
@@ -110,6 +126,7 @@ class FakeCluster:
         self.status_patches.append(status)
         if self.llmd is not None:
             self.llmd["status"] = merge_patch(self.llmd.get("status") or {}, status)
+        self._wrote()
 
     # --- helpers for tests ---------------------------------------------------------------------------
 
@@ -140,6 +157,8 @@ class FakePrometheus:
 
     answer: Callable[[str], float | None] = lambda _query: None
     down: bool = False
+    #: Prometheus's error for a query it refuses (HTTP 400 bad_data), None: it accepts them
+    refuses: str | None = None
     where: str = "Prometheus at http://prometheus.test"
     queries: list[str] = field(default_factory=list)
 
@@ -147,6 +166,8 @@ class FakePrometheus:
         self.queries.append(query)
         if self.down:
             raise MetricsUnavailable("Prometheus query failed: ConnectionError: connection refused")
+        if self.refuses is not None:
+            raise QueryRejected(f"Prometheus refused the query (HTTP 400, bad_data): {self.refuses}")
         return self.answer(query)
 
 
@@ -176,9 +197,16 @@ class Run:
         self.gatherer = Gatherer(self.cluster, self.prometheus)
 
     def once(self) -> Outcome:
-        out = reconcile(name=NAME, namespace=NAMESPACE, uid="uid", generation=1, spec_body=self.spec,
-                        status=copy.deepcopy(self.status), kube=self.cluster, settings=OperatorSettings(),
-                        gatherer=self.gatherer)
+        """One reconcile; the status it writes directly (a remediation step, before the children) and the one
+        Kopf writes after the handler are merged in order. An OperatorKilled leaves only the direct writes."""
+        written = len(self.cluster.status_patches)
+        try:
+            out = reconcile(name=NAME, namespace=NAMESPACE, uid="uid", generation=1, spec_body=self.spec,
+                            status=copy.deepcopy(self.status), kube=self.cluster, settings=OperatorSettings(),
+                            gatherer=self.gatherer)
+        finally:
+            for patch in self.cluster.status_patches[written:]:
+                self.status = merge_patch(self.status, patch)
         self.status = merge_patch(self.status, out.status)
         self.last = out
         return out

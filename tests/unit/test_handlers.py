@@ -10,11 +10,14 @@ from typing import Any
 
 import kopf
 import pytest
+import urllib3
 from kopf._core.actions import invocation
 from prometheus_client import REGISTRY
 
 from llm_autopilot.api import PLURAL
 from llm_autopilot.controller import handlers
+from llm_autopilot.controller.gather import Gatherer
+from tests.unit.fakes import NAME, NAMESPACE, FakeCluster
 
 
 def _ours() -> list[Any]:
@@ -126,3 +129,42 @@ def test_the_first_resyncs_after_a_start_are_spread() -> None:
     delays = [handlers._first_resync() for _ in range(200)]
     spread = min(handlers.SETTINGS.resync_seconds, handlers.FIRST_RESYNC_SPREAD_SECONDS)
     assert all(1.0 <= d <= 1.0 + spread for d in delays) and max(delays) - min(delays) > spread / 2
+
+
+class _DownCluster(FakeCluster):
+    """The API server went away after the nodes were read: every GET fails to connect."""
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        raise urllib3.exceptions.MaxRetryError(None, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",  # type: ignore[arg-type]
+                                               reason=ConnectionRefusedError(111, "Connection refused"))
+
+
+def test_an_unreachable_api_server_is_one_calm_line_per_outage(caplog: pytest.LogCaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every resync failed with a traceback on the GET of the LeaderWorkerSet CRD during an API-server outage."""
+    cluster: list[FakeCluster] = [_DownCluster()]
+    monkeypatch.setattr(handlers, "kube", lambda: cluster[0])
+    monkeypatch.setattr(handlers, "gatherer", lambda: Gatherer(cluster[0]))
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)  # Events need Kopf's running context
+    body = kopf.Body({"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "uid", "generation": 1},
+                      "spec": {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"}}})
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            handlers.resync(body=body, patch=kopf.Patch())  # no exception for Kopf to log with a traceback
+            handlers.reconcile_on_change(body=body, patch=kopf.Patch())
+        lines = [r for r in caplog.records if "API server" in r.getMessage()]
+        assert len(lines) == 1 and "unreachable" in lines[0].getMessage() and not lines[0].exc_info
+        cluster[0] = FakeCluster()  # back
+        patch = kopf.Patch()
+        handlers.resync(body=body, patch=patch)
+    assert patch.status
+    assert [r.getMessage() for r in caplog.records if "API server" in r.getMessage()][-1].startswith(
+        "the Kubernetes API server is reachable again")
+    cluster[0] = _Broken()
+    with pytest.raises(ValueError, match="a bug"):  # any other failure still reaches Kopf
+        handlers.resync(body=body, patch=kopf.Patch())
+
+
+class _Broken(FakeCluster):
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        raise ValueError("a bug")

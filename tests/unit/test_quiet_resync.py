@@ -49,9 +49,9 @@ class CountingCluster(FakeCluster):
         self.calls += 1
         return super().pods(*args)
 
-    def apply_all(self, objects: Any) -> int:
+    def apply_all(self, objects: Any, before_write: Any = None) -> int:
         self.calls += 1
-        return super().apply_all(objects)
+        return super().apply_all(objects, before_write)
 
 
 @dataclass
@@ -110,11 +110,15 @@ class Object:
 
     def resync(self) -> Outcome:
         calls_before = self.cluster.calls
+        patches = len(self.cluster.status_patches)
         out = reconciling.resync(
             name=NAME, namespace=NAMESPACE, uid="uid", generation=1, resource_version=str(self.version),
             spec_body=self.spec, status=copy.deepcopy(self.status), observed=self.observed(),
             current_pods=self.current_pods, kube=self.cluster, settings=self.settings, gatherer=self.gatherer,
             memory=self.memory)
+        for patch in self.cluster.status_patches[patches:]:  # a step, recorded before its children
+            self.status = merge_patch(self.status, patch)
+            self.version += 1
         if out.status:
             self.status = merge_patch(self.status, out.status)
             self.version += 1

@@ -3,6 +3,7 @@ once, falling back quietly), reconcile's status handling, apply failures, the Hu
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -14,16 +15,27 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import NotFoundError
+from prometheus_api_client.exceptions import PrometheusApiClientException
 
+from llm_autopilot.api.v1alpha1 import RemediationPolicy
 from llm_autopilot.controller import handlers
 from llm_autopilot.controller.gather import Gatherer, Target
 from llm_autopilot.controller.kube import ApplyRejected, Kube, LogUnavailable
-from llm_autopilot.controller.metrics import MetricsUnavailable, PrometheusClient, PrometheusSettings
+from llm_autopilot.controller.metrics import (
+    MetricsUnavailable,
+    PrometheusClient,
+    PrometheusSettings,
+    QueryRejected,
+    failure_text,
+    query_failure,
+)
+from llm_autopilot.controller.quiet import MAX_DELAY_SECONDS, later, next_due
 from llm_autopilot.remediation.classify import Signal
 from llm_autopilot.remediation.decide import Metrics
 from llm_autopilot.remediation.saturation import KV_SATURATION
+from llm_autopilot.remediation.state import Limits, RemediationState, attestation
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
-from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, FakePrometheus, Run, saturated
+from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, FakePrometheus, OperatorKilled, Run, saturated
 from tests.unit.vllm_logs import cpu_kv_capacity_log, termination_message
 
 QWEN_H100 = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"},
@@ -105,7 +117,7 @@ def test_prometheus_down_is_metrics_unavailable_and_no_pod_no_query() -> None:
     run.cluster.pod_list = []
     up = FakePrometheus(answer=saturated())
     evidence = Gatherer(run.cluster, up).gather(target(run.cluster))
-    assert evidence.metrics is Metrics.AVAILABLE and evidence.saturation is None and up.queries == []
+    assert evidence.metrics is Metrics.NOT_ASKED and evidence.saturation is None and up.queries == []
 
 
 def test_kv_saturation_is_asked_for_the_current_plans_pods_only() -> None:
@@ -356,14 +368,85 @@ def test_a_rung_written_below_zero_does_not_buy_more_steps() -> None:
     assert run.remediation["rung"] == 1 and run.condition("Degraded")["reason"] == "RemediationExhausted"
 
 
-def test_overrides_written_by_others_are_clamped_before_rendering() -> None:
+def recorded(*entries: dict[str, Any], generation: int = 1) -> list[dict[str, Any]]:
+    """Applied entries as the operator records them for Run's object (uid "uid"): attested, chained."""
+    chain, previous = [], ""
+    for entry in entries:
+        previous = attestation("uid", generation, entry, previous)
+        chain.append({**entry, "generation": generation, "attestation": previous})
+    return chain
+
+
+def _steps(remediation: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in e.items() if k not in ("generation", "attestation")} for e in remediation["applied"]]
+
+
+def test_recorded_overrides_are_clamped_before_rendering() -> None:
+    """A recorded step the spec no longer allows (maxReplicas lowered) is clamped; the memory limit to the nodes of
+    the planned pool (H100 here)."""
     run = deployed({**QWEN_H100, "remediation": {"cooldownSeconds": 0, "maxReplicas": 3}})
     run.status["remediation"] = {**run.remediation, "rung": 1,
-                                 "applied": [{"replicas": 100000, "memoryLimitGiB": 1e9}]}
+                                 "applied": recorded({"replicas": 100000, "memoryLimitGiB": 1e9})}
     run.once()
     container = run.cluster.deployment()["spec"]["template"]["spec"]["containers"][0]
     assert run.cluster.deployment()["spec"]["replicas"] == 3 and container["resources"]["limits"]["memory"] == "2000Gi"
-    assert run.remediation["applied"] == [{"replicas": 3, "memoryLimitGiB": 2000.0}]
+    assert _steps(run.remediation) == [{"replicas": 3, "memoryLimitGiB": 2000.0}]
+    assert run.remediation["applied"][0]["attestation"] == recorded({"replicas": 3, "memoryLimitGiB": 2000.0})[0][
+        "attestation"]  # attested again as clamped
+    run.once()
+    assert "StatusRepaired" not in run.reasons() and "UnattributedRemediation" not in run.reasons()  # said once
+
+
+def _recently() -> str:
+    return (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+L4_SPEC = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"},
+           "serving": {"maxModelLen": 4096}, "remediation": {"cooldownSeconds": 0}}
+
+
+def test_the_memory_limit_is_bounded_by_the_planned_pools_nodes_not_the_largest_node() -> None:
+    """The cluster has an H100 node with 2000 GiB and an L4 node with 120 GiB; a plan on L4 never gets a memory
+    limit above 120 GiB, neither from the status nor from remediation's own steps."""
+    run = deployed(L4_SPEC)
+    run.status["remediation"] = {**run.remediation, "rung": 1, "applied": recorded({"memoryLimitGiB": 1500.0}),
+                                 "lastSignalTime": _recently()}  # not calm for long: no relax
+    run.once()
+    assert _steps(run.remediation) == [{"memoryLimitGiB": 120.0}]
+    assert _memory_limit(run.cluster) == "120Gi"
+    run = deployed({**L4_SPEC, "remediation": {"cooldownSeconds": 0, "maxSteps": 12}})
+    for restart in range(1, 12):  # OOM after OOM: the ladder grows the limit up to the node's memory
+        run.cluster.crash(reason="OOMKilled", exit_code=137, restarts=restart,
+                          finished_at=f"2026-12-01T00:{restart:02d}:00Z")
+        run.once()
+    limits = [e.get("memoryLimitGiB") for e in run.remediation["applied"]]
+    assert limits and max(limit or 0 for limit in limits) <= 120.0
+    assert _memory_limit(run.cluster).removesuffix("Gi") and float(_memory_limit(run.cluster)[:-2]) <= 120.0
+
+
+def test_a_forged_remediation_step_is_dropped_not_applied() -> None:
+    """Someone who may write llmdeployments/status plants applied entries: hand-written (no attestation), with
+    a made-up one, copied from another object, or edited after the operator recorded it. None is applied."""
+    run = deployed()
+    deployment = run.cluster.deployment()
+    step = {"gpuMemoryUtilization": 0.7, "maxNumSeqs": 8}
+    other = recorded(step)[0] | {"attestation": attestation("other-uid", 1, step, "")}
+    edited = recorded({"maxNumSeqs": 64})[0] | {"maxNumSeqs": 8}
+    for forged in ([step], [{**step, "generation": 1, "attestation": "0" * 32}], [other], [edited],
+                   [recorded(step, generation=2)[0]]):  # a generation the spec never had
+        run.status["remediation"] = {**run.remediation, "rung": 1, "applied": forged}
+        run.once()
+        assert run.reasons() == ["UnattributedRemediation"], forged
+        assert "not recorded by the operator" in run.last.events[0][2]  # type: ignore[union-attr]
+        assert run.remediation["applied"] == [] and run.remediation["rung"] == 0
+        assert run.cluster.deployment() == deployment  # the children never moved
+    # a genuine chain with a forged entry appended: the genuine one stays, the forged one goes
+    genuine = recorded({"memoryLimitGiB": 100.0})
+    run.status["remediation"] = {**run.remediation, "rung": 2, "applied": [*genuine, step],
+                                 "lastSignalTime": _recently()}
+    run.once()
+    assert _steps(run.remediation) == [{"memoryLimitGiB": 100.0}] and run.remediation["rung"] == 1
+
 
 
 def test_prometheus_down_holds_still_then_the_held_back_step_is_taken() -> None:
@@ -406,7 +489,7 @@ def test_ready_uses_the_effective_replicas_in_the_reconcile_and_the_deployment_w
     """D14: after a "one more replica" rung both writers say 2/2, and quiet rounds write nothing."""
     spec = {**QWEN_H100, "replicas": 1, "remediation": {"maxReplicas": 3, "stableWindowSeconds": 604800}}
     recently = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")  # not calm for long
-    run = Run(spec, cluster=handler_cluster, status={"remediation": {"rung": 1, "applied": [{"replicas": 2}],
+    run = Run(spec, cluster=handler_cluster, status={"remediation": {"rung": 1, "applied": recorded({"replicas": 2}),
                                                                      "lastSignalTime": recently}})
     run.once()
     ready = run.condition("Ready")
@@ -447,3 +530,126 @@ def test_an_invalid_spec_names_the_field_as_kubectl_does() -> None:
     run = Run({**QWEN_H100, "serving": {"maxModelLen": 1024}, "remediation": {"floors": {"minMaxModelLen": 2048}}})
     run.once()
     assert "spec.spec" not in run.condition("Planned")["message"], run.condition("Planned")
+
+
+# --- a step is recorded before it is applied (issue #15, class 3) ---------------------------------------------
+
+def _memory_limit(cluster: FakeCluster) -> str:
+    return str(cluster.deployment()["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"])
+
+
+def _limits() -> Limits:
+    return Limits(max_steps=4, spec_replicas=1, max_replicas=None, max_gpus=8, node_memory_gib=2000.0,
+                  floor_max_model_len=4096, floor_max_num_seqs=1, floor_max_num_batched_tokens=1,
+                  floor_gpu_memory_utilization=0.5)
+
+
+def test_an_operator_killed_between_the_two_writes_leaves_no_step_applied_but_unrecorded() -> None:
+    """The operator dies right after the first write of the reconcile that takes a step. Whatever ran then must
+    be recorded in the status; after the restart the children match the recorded step, taken once."""
+    run = deployed()
+    planned = _memory_limit(run.cluster)
+    run.cluster.crash(reason="OOMKilled", exit_code=137)
+    run.cluster.die_after_writes = 1
+    with pytest.raises(OperatorKilled):
+        run.once()
+    applied = run.remediation.get("applied") or []
+    if _memory_limit(run.cluster) != planned:  # the children changed: the status must say why
+        assert applied and f"{applied[-1].get('memoryLimitGiB'):g}Gi" == _memory_limit(run.cluster)
+    assert run.remediation.get("rung") == 1 and len(applied) == 1  # recorded first
+    run.once()  # the restarted operator (or Kopf's retry) with what the status says
+    assert run.remediation["rung"] == 1 and len(run.remediation["history"]) == 1  # not taken twice
+    assert _memory_limit(run.cluster) == f"{run.remediation['applied'][-1]['memoryLimitGiB']:g}Gi" != planned
+
+
+def test_a_huge_cooldown_neither_crashes_the_schedule_nor_loses_the_step() -> None:
+    """A cooldown of 10**20 s made next_due raise OverflowError after the children changed, every 60 s, and
+    Kopf's retries flipped the children back and forth while the status said nothing."""
+    run = deployed()
+    run.cluster.crash(reason="OOMKilled", exit_code=137)
+    run.once()
+    assert run.remediation["rung"] == 1
+    policy = RemediationPolicy.model_construct(**{**RemediationPolicy().__dict__, "cooldown_seconds": 10**20,
+                                                   "kv_saturation_window_seconds": 10**20,
+                                                   "stable_window_seconds": 10**20})
+    state, _ = RemediationState.read(run.remediation, _limits(), datetime.now(UTC))
+    now = datetime.now(UTC)
+    due = next_due(state, policy, now, 60)
+    assert now < due <= now + timedelta(seconds=60)
+    assert later(now, 10**20) == later(now, MAX_DELAY_SECONDS) and later(datetime.max.replace(tzinfo=UTC), 1) > now
+
+
+# --- what MetricsAvailable says (issue #15, classes 4 and 5) --------------------------------------------------
+
+def _client_error(status: int, body: bytes) -> Exception:
+    """A non-200 answer as prometheus-api-client raises it."""
+    return PrometheusApiClientException(f"HTTP Status Code {status} ({body!r})")
+
+
+def test_a_query_prometheus_refuses_is_query_rejected_not_an_outage() -> None:
+    error = 'invalid parameter "query": 1:31: parse error: duration out of range\x1b[31m' + "x" * 1000
+    body = json.dumps({"status": "error", "errorType": "bad_data", "error": error}).encode()
+    rejected = query_failure(_client_error(400, body))
+    assert isinstance(rejected, QueryRejected) and "duration out of range" in str(rejected)
+    assert "\x1b" not in str(rejected) and len(str(rejected)) < 400
+    unavailable = query_failure(_client_error(503, b'{"status":"error","errorType":"timeout","error":"timed out"}'))
+    assert not isinstance(unavailable, QueryRejected) and "503" in str(unavailable)
+    assert not isinstance(query_failure(_client_error(502, b"<html>bad gateway</html>")), QueryRejected)
+    run = deployed(prometheus=FakePrometheus(refuses="1:31: parse error: duration out of range"))
+    run.cluster.running()
+    run.once()
+    metrics = run.condition("MetricsAvailable")
+    assert (metrics["status"], metrics["reason"]) == ("False", "QueryRejected")
+    assert "duration out of range" in metrics["message"] and "kvSaturationWindowSeconds" in metrics["message"]
+
+
+def test_the_same_outage_is_said_the_same_way_every_time() -> None:
+    """An unreachable Prometheus's message named a Python object's address and the whole query: each reconcile
+    wrote a new message (a status write, a full resync) for the same outage."""
+    texts = {failure_text(ConnectionError(
+        f"HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded with url: /api/v1/query?query=max"
+        f"%28x%29&timeout=5s (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at "
+        f"{address}>: Failed to establish a new connection: [Errno 111] Connection refused'))"))
+        for address in ("0x7f1a2b3c4d5e", "0x7f99aa00bb11")}
+    (text,) = texts
+    assert "Connection refused" in text and "0x" not in text and "max%28" not in text
+
+
+def test_metrics_available_holds_still_while_no_pod_runs_the_plan() -> None:
+    """During an outage a reconcile that found no pod of the current plan (a rollout, a restart) asked
+    Prometheus nothing and wrote MetricsAvailable=True/Queried: the condition flickered."""
+    run = deployed(prometheus=FakePrometheus(down=True))
+    run.cluster.running()
+    run.once()
+    assert run.condition("MetricsAvailable")["reason"] == "PrometheusUnreachable"
+    run.cluster.pod_list = []  # the plan's pods are being replaced
+    run.once()
+    metrics = run.condition("MetricsAvailable")
+    assert (metrics["status"], metrics["reason"]) == ("False", "PrometheusUnreachable")
+    assert run.prometheus is not None
+    run.prometheus.down = False
+    run.cluster.running()
+    run.once()
+    assert (run.condition("MetricsAvailable")["status"], run.condition("MetricsAvailable")["reason"]) == (
+        "True", "Queried")
+
+
+def test_the_deployment_watch_writes_ready_replicas_with_ready(handler_cluster: FakeCluster) -> None:
+    """AVAILABLE (status.readyReplicas) read 0 right after Ready=True, until the next resync."""
+    run = Run(QWEN_H100, cluster=handler_cluster)
+    handler_cluster.apply_all = lambda objects, before_write=None: FakeCluster.apply_all(  # type: ignore[method-assign]
+        handler_cluster, objects, before_write) and _not_available(handler_cluster)
+    run.once()  # the Deployment is created; none of its pods is available yet
+    assert run.condition("Ready")["status"] == "False" and run.status["readyReplicas"] == 0
+    handler_cluster.llmd = {"metadata": {"name": NAME, "generation": 1, "resourceVersion": "7"},
+                            "spec": QWEN_H100, "status": run.status}
+    handler_cluster.deployment()["status"].update(replicas=1, availableReplicas=1)  # the pod became available
+    handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+    (patch,) = handler_cluster.status_patches
+    ready = next(c for c in patch["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True" and (patch["readyReplicas"], patch["replicas"]) == (1, 1)
+
+
+def _not_available(cluster: FakeCluster) -> int:
+    cluster.deployment()["status"]["availableReplicas"] = 0
+    return 1

@@ -6,12 +6,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from llm_autopilot.api.crd import crd
-from llm_autopilot.api.v1alpha1 import RemediationEvent
+from llm_autopilot.api.v1alpha1 import RemediationEvent, RemediationPolicy
+from llm_autopilot.controller.quiet import next_due
 from llm_autopilot.remediation.ladder import Overrides
-from llm_autopilot.remediation.state import Limits, RemediationState, effective_replicas
+from llm_autopilot.remediation.state import Author, Limits, RemediationState, attestation, effective_replicas
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 LIMITS = Limits(max_steps=5, spec_replicas=1, max_replicas=3, max_gpus=8, node_memory_gib=192.0,
@@ -154,3 +157,73 @@ def test_the_status_schema_says_date_time_and_bounds() -> None:
     assert (remediation["relaxBackoff"]["minimum"], remediation["relaxBackoff"]["maximum"]) == (1, 16)
     replicas = remediation["applied"]["items"]["properties"]["replicas"]
     assert (replicas["minimum"], replicas["maximum"]) == (1, 1000)
+
+
+# --- attribution: only the operator's own steps count (issue #15, class 7) -----------------------------------
+
+AUTHOR = Author("uid-1", 3)
+STEP_A, STEP_B = {"memoryLimitGiB": 54.0}, {"maxNumSeqs": 64}
+
+
+def _chain(*steps: dict[str, Any], uid: str = "uid-1", generation: int = 2) -> list[dict[str, Any]]:
+    chain, previous = [], ""
+    for step in steps:
+        previous = attestation(uid, generation, step, previous)
+        chain.append({**step, "generation": generation, "attestation": previous})
+    return chain
+
+
+@pytest.mark.parametrize(("name", "applied", "kept"), [
+    ("recorded by the operator", _chain(STEP_A, STEP_B), 2),
+    ("no attestation", [STEP_A], 0),
+    ("a made-up attestation", [{**STEP_A, "generation": 2, "attestation": "f" * 32}], 0),
+    ("copied from another object", _chain(STEP_A, uid="uid-2"), 0),
+    ("edited after it was recorded", [{**_chain(STEP_A)[0], "memoryLimitGiB": 190.0}], 0),
+    ("a key added", [{**_chain(STEP_A)[0], "replicas": 3}], 0),
+    ("from a generation the spec never had", _chain(STEP_A, generation=4), 0),
+    ("no generation", [{k: v for k, v in _chain(STEP_A)[0].items() if k != "generation"}], 0),
+    ("reordered", list(reversed(_chain(STEP_A, STEP_B))), 0),
+    ("a forged entry after recorded ones", [*_chain(STEP_A), STEP_B], 1),
+    ("a recorded entry after a forged one", [STEP_B, *_chain(STEP_A)], 0),
+    ("not an object", ["memoryLimitGiB=54"], 0),
+    ("numbers as the API server may hand them back", [{**_chain(STEP_A)[0], "memoryLimitGiB": 54}], 1),
+])
+def test_only_attested_steps_are_read(name: str, applied: list[Any], kept: int) -> None:
+    state, _, dropped = RemediationState.read_attributed({"rung": len(applied), "applied": applied}, LIMITS, NOW,
+                                                         AUTHOR)
+    assert len(state.applied) == kept and state.rung == kept, name
+    assert bool(dropped) == (kept < len(applied)), name
+    if dropped:
+        assert "not recorded by the operator" in dropped[0] and "not applied" in dropped[0]
+    again, _, dropped_again = RemediationState.read_attributed(state.to_status(), LIMITS, NOW, AUTHOR)
+    assert again == state and dropped_again == ()  # what the operator writes back reads as its own
+
+
+def test_a_new_step_is_attested_with_the_current_generation_and_chained() -> None:
+    state, _, _ = RemediationState.read_attributed({"rung": 1, "applied": _chain(STEP_A)}, LIMITS, NOW, AUTHOR)
+    event = RemediationEvent(time=NOW, rung=2, signal="OOMKilled", action="a", message="m")
+    stepped = state.with_step(Overrides(max_num_seqs=64), NOW, event).attested(AUTHOR)
+    assert [e.generation for e in stepped.applied] == [2, 3]
+    assert stepped.applied[1].attestation == attestation("uid-1", 3, {"maxNumSeqs": 64},
+                                                          str(stepped.applied[0].attestation))
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                  max_size=3), max_leaves=10)
+_entry = st.dictionaries(st.sampled_from(["memoryLimitGiB", "maxNumSeqs", "replicas", "generation", "attestation",
+                                          "gpuMemoryUtilization", "x"]), _json, max_size=5)
+
+
+@given(st.lists(_entry | _json, max_size=4), st.integers(-(10**30), 10**30))
+@settings(max_examples=200, deadline=None)
+def test_no_planted_entry_is_ever_applied_and_no_number_breaks_the_reader(planted: list[Any], number: int) -> None:
+    """Whatever was planted (any JSON, huge numbers), the reader keeps nothing the operator did not attest and
+    never raises; neither does the quiet resync's schedule on what it kept."""
+    raw = {"rung": number, "relaxBackoff": number, "lastStepTime": "2026-12-01T11:00:00Z", "applied": planted}
+    state, _, _ = RemediationState.read_attributed(raw, LIMITS, NOW, AUTHOR)
+    assert state.applied == () and state.rung == 0
+    policy = RemediationPolicy.model_construct(**{**RemediationPolicy().__dict__, "cooldown_seconds": abs(number),
+                                                   "stable_window_seconds": abs(number),
+                                                   "kv_saturation_window_seconds": abs(number)})
+    assert next_due(state, policy, NOW, 60) > NOW

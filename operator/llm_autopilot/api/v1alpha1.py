@@ -795,6 +795,11 @@ class RemediationOverrides(StatusModel):
     replicas: int | None = Field(None, ge=1, le=1000, description="Replicas instead of spec.replicas.")
     memory_limit_gib: float | None = Field(None, alias="memoryLimitGiB", gt=0,
                                            description="Container memory limit (GiB).")
+    generation: int | None = Field(None, ge=0, description="The spec generation the step was taken under.")
+    attestation: str | None = Field(
+        None, max_length=64, description="The operator's digest of this step (the object's uid, the generation, "
+                                         "the overrides and the previous step's digest); a step without a valid "
+                                         "one was not recorded by the operator and is dropped, not applied.")
 
 
 class RemediationStatus(StatusModel):

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from llm_autopilot.controller.kube import LogUnavailable
-from llm_autopilot.controller.metrics import MetricsSource, MetricsUnavailable, PerObjectSaturation, SaturationSource
+from llm_autopilot.controller.metrics import (
+    MetricsSource,
+    MetricsUnavailable,
+    PerObjectSaturation,
+    QueryRejected,
+    SaturationSource,
+)
 from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.remediation.decide import Evidence, Metrics
 from llm_autopilot.remediation.evidence import (
@@ -78,8 +84,12 @@ class Gatherer:
         """What Prometheus says about these pods: (availability, where or why not, the signal if any)."""
         if self.saturation is None:
             return Metrics.NOT_CONFIGURED, "", None
+        if not pods:  # nothing to ask about: Prometheus said nothing, so MetricsAvailable keeps what it says
+            return Metrics.NOT_ASKED, "", None
         try:
-            found = self.saturation.saturation(namespace, pods, window=window, threshold=threshold) if pods else None
+            found = self.saturation.saturation(namespace, pods, window=window, threshold=threshold)
+        except QueryRejected as exc:
+            return Metrics.REJECTED, str(exc), None
         except MetricsUnavailable as exc:
             return Metrics.UNAVAILABLE, str(exc), None
         return Metrics.AVAILABLE, self.saturation.where, found
@@ -92,8 +102,8 @@ class Gatherer:
                                    replicas=target.replicas)
         metrics, detail, saturation = self.kv_saturation(target.namespace, current, window=target.kv_window,
                                                          threshold=target.kv_threshold)
-        if metrics is Metrics.UNAVAILABLE:
-            return Evidence(None, None, Metrics.UNAVAILABLE, detail, rollout, target.plan_hash)
+        if metrics in (Metrics.UNAVAILABLE, Metrics.REJECTED):
+            return Evidence(None, None, metrics, detail, rollout, target.plan_hash)
         termination = latest_termination(pods, container=CONTAINER, plan_hash=target.plan_hash,
                                          plan_hash_annotation=PLAN_HASH)
         crash = self._crash(target, termination) if termination is not None else None

@@ -14,11 +14,14 @@ import logging
 import random
 import re
 import tempfile
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import kopf
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -47,8 +50,9 @@ from llm_autopilot.controller.observed import (
     pod_summary,
 )
 from llm_autopilot.controller.quiet import QuietMemory
-from llm_autopilot.controller.reconcile import Outcome, gatherer_for, now, ready_condition
+from llm_autopilot.controller.reconcile import Outcome, gatherer_for, now, observed_replicas, ready_condition
 from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render.kubernetes import OWNER_LABEL
 
 SETTINGS = OperatorSettings.from_env()
@@ -203,7 +207,43 @@ def _finish(out: Outcome, body: kopf.Body, patch: kopf.Patch, what: str) -> None
     telemetry.WRITES.inc(out.writes + (1 if out.status else 0))
     _report(out, body, patch)
     if out.retry:
-        raise kopf.TemporaryError("model could not be resolved yet; retrying", delay=30)
+        raise kopf.TemporaryError(out.retry_reason, delay=out.retry_delay)
+
+
+#: the API server answers these while it is up but cannot serve (a restart, etcd away)
+_UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+
+
+def api_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the Kubernetes API server could not be reached (not what it answered)."""
+    if isinstance(exc, ApiException):
+        return exc.status in _UNAVAILABLE_STATUSES
+    return isinstance(exc, urllib3.exceptions.HTTPError | OSError)
+
+
+class Outage:
+    """An unreachable API server is one log line per outage (and one when it is back), not a traceback per
+    resync: every reconcile fails the same way until it returns, and the next resync retries anyway."""
+
+    def __init__(self) -> None:
+        self._since: float | None = None
+        self._lock = threading.Lock()
+
+    def failed(self, exc: BaseException) -> None:
+        with self._lock:
+            first, self._since = self._since is None, self._since or time.monotonic()
+        if first:
+            logger.warning("the Kubernetes API server is unreachable (%s); reconciles wait for it (said once per "
+                           "outage)", clean_line(f"{type(exc).__name__}: {exc}", 300))
+
+    def reached(self) -> None:
+        with self._lock:
+            since, self._since = self._since, None
+        if since is not None:
+            logger.warning("the Kubernetes API server is reachable again after %.0f s", time.monotonic() - since)
+
+
+OUTAGE = Outage()
 
 
 def _reconcile(body: kopf.Body, patch: kopf.Patch, watched: Watched | None, what: str) -> None:
@@ -212,10 +252,15 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, watched: Watched | None, what
         out = reconciling.reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
                                     generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
                                     status=dict(body.get("status") or {}), kube=_cluster(watched),
-                                    settings=SETTINGS, gatherer=gatherer())
-    except Exception:
+                                    settings=SETTINGS, gatherer=gatherer(),
+                                    resource_version=meta.get("resourceVersion"))
+    except Exception as exc:
         telemetry.RECONCILES.labels("error").inc()
+        if api_unreachable(exc):  # the resync retries (a change handler's spec is reconciled by it too)
+            OUTAGE.failed(exc)
+            return
         raise
+    OUTAGE.reached()
     _finish(out, body, patch, what)
 
 
@@ -271,9 +316,14 @@ def resync(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
             status=dict(body.get("status") or {}), observed=watched.digest_of(namespace, name),
             current_pods=functools.partial(current_pods, pods), kube=WatchedCluster(kube(), watched),
             settings=SETTINGS, gatherer=gatherer(), memory=QUIET)
-    except Exception:
+    except Exception as exc:
         telemetry.RECONCILES.labels("error").inc()
+        if api_unreachable(exc):
+            OUTAGE.failed(exc)
+            return
         raise
+    if out.full:
+        OUTAGE.reached()
     telemetry.RESYNCS.labels("full" if out.full else "quiet").inc()
     _finish(out, body, patch, "resync")
 
@@ -316,14 +366,17 @@ def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
             max_replicas=_count((spec.get("remediation") or {}).get("maxReplicas")),
             remediation=status.get("remediation"))
         current = get_condition(status.get("conditions"), READY)
-        if current and (current.get("status"), current.get("reason"), current.get("message")) == (
+        # the printer columns (REPLICAS, AVAILABLE) change with Ready, in the same write
+        counts = observed_replicas(body)
+        same_counts = all(status.get(key) == value for key, value in counts.items())
+        if same_counts and current and (current.get("status"), current.get("reason"), current.get("message")) == (
                 "True" if ready else "False", reason, message):
             return
         conditions = set_condition(status.get("conditions"), READY, ready, reason, message,
                                    generation=parent["metadata"].get("generation"), now=now())
         try:
             # with the resourceVersion read, so a reconcile's newer conditions are never overwritten
-            k.patch_llmd_status(namespace, parent["metadata"]["name"], {"conditions": conditions},
+            k.patch_llmd_status(namespace, parent["metadata"]["name"], {"conditions": conditions, **counts},
                                 resource_version=parent["metadata"].get("resourceVersion"))
             telemetry.WRITES.inc()
         except ApiException as exc:

@@ -117,16 +117,18 @@ class Kube:
         resource.server_side_apply(body=obj, name=meta["name"], namespace=meta["namespace"], field_manager=MANAGER,
                                    force_conflicts=True, **({"dry_run": "All"} if dry_run else {}))
 
-    def apply_all(self, objects: list[dict[str, Any]]) -> int:
+    def apply_all(self, objects: list[dict[str, Any]], before_write: Callable[[], None] | None = None) -> int:
         """Server-side apply every object whose live copy lacks its input hash; the number written.
 
         Every write is first tried as a server-side dry run, so one rejected object stops the whole set before
-        anything is written (no Deployment on GPUs whose Service the API server refuses).
+        anything is written (no Deployment on GPUs whose Service the API server refuses). ``before_write`` runs
+        once the dry runs passed and before the first write (the reconcile records a remediation step there).
         """
-        return len(self.apply_changed(objects))
+        return len(self.apply_changed(objects, before_write=before_write))
 
     def apply_changed(self, objects: list[dict[str, Any]],
-                      stale: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+                      stale: Callable[[dict[str, Any]], bool] | None = None,
+                      before_write: Callable[[], None] | None = None) -> list[dict[str, Any]]:
         """apply_all, returning the objects written; ``stale(obj)`` says which to write (default: a GET of each
         finds the live copy without the input hash)."""
         changed = [obj for obj in objects if (stale or self.stale)(obj)]
@@ -135,6 +137,8 @@ class Kube:
                 self._server_side_apply(obj, dry_run=True)
             except ApiException as exc:
                 raise ApplyRejected(f"{obj['kind']} {obj['metadata']['name']}: {api_message(exc)}") from exc
+        if before_write is not None:
+            before_write()
         for obj in changed:
             try:
                 self._server_side_apply(obj, dry_run=False)

@@ -7,6 +7,9 @@ hands each LLMDeployment's share of the answers to the rule, instead of asking p
 
 from __future__ import annotations
 
+import ast
+import json
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,10 +29,11 @@ from llm_autopilot.remediation.saturation import (  # the last two re-exported f
     pod_selector,
     saturated_query,
 )
+from llm_autopilot.remediation.text import clean_line
 
 __all__ = ["USAGE_METRICS", "MetricsSource", "MetricsUnavailable", "PerObjectSaturation", "PrometheusClient",
-           "PrometheusSettings", "PrometheusSignals", "SaturationRounds", "SaturationSource", "VectorSource",
-           "grouped", "query_saturation", "saturated_query"]
+           "PrometheusSettings", "PrometheusSignals", "QueryRejected", "SaturationRounds", "SaturationSource",
+           "VectorSource", "failure_text", "grouped", "query_saturation", "saturated_query"]
 
 #: a hung Prometheus must not hold a handler thread: each query gives up after this (then MetricsUnavailable)
 QUERY_TIMEOUT_SECONDS = 5.0
@@ -37,6 +41,57 @@ QUERY_TIMEOUT_SECONDS = 5.0
 
 class MetricsUnavailable(RuntimeError):
     """Prometheus could not be queried; remediation holds still."""
+
+
+class QueryRejected(MetricsUnavailable):
+    """Prometheus is up but refused the query (HTTP 400 bad_data, 422 execution): the spec makes the operator's
+    query invalid (e.g. a KV window whose duration PromQL cannot hold). Not an outage; the message is
+    Prometheus's own error, cleaned and bounded."""
+
+
+#: how much of Prometheus's error text a condition carries
+ERROR_TEXT_LIMIT = 300
+_HTTP_ERROR = re.compile(r"^HTTP Status Code (\d{3}) \((.*)\)$", re.DOTALL)
+#: Python object addresses and the query in a URL: they change from one failure to the next, the outage does not
+_ADDRESS = re.compile(r" (?:object )?at 0x[0-9a-fA-F]+")
+_QUERY_STRING = re.compile(r"(/api/v1/query)\?\S*?(?=[\s'\")]|$)")
+
+
+def _prometheus_error(exc: Exception) -> tuple[int, str, str] | None:
+    """(HTTP status, errorType, error) of a non-200 answer as prometheus-api-client reports it, else None."""
+    found = _HTTP_ERROR.match(str(exc))
+    if found is None:
+        return None
+    status, raw = int(found.group(1)), found.group(2)
+    try:
+        content = ast.literal_eval(raw) if raw[:2] in ("b'", 'b"') else raw
+        body = json.loads(content.decode("utf-8", errors="replace") if isinstance(content, bytes) else content)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return status, "", ""
+    if not isinstance(body, dict):
+        return status, "", ""
+    return status, str(body.get("errorType") or ""), str(body.get("error") or "")
+
+
+def failure_text(exc: Exception) -> str:
+    """A failed query said the same way for the same cause: no object addresses, no query string, bounded."""
+    text = _QUERY_STRING.sub(r"\1", _ADDRESS.sub("", f"{type(exc).__name__}: {exc}"))
+    return clean_line(text, ERROR_TEXT_LIMIT)
+
+
+def query_failure(exc: Exception) -> MetricsUnavailable:
+    """What a failed query means: Prometheus refused it (400/422: QueryRejected), or it could not answer."""
+    answer = _prometheus_error(exc)
+    if answer is not None and answer[0] in (400, 422):
+        status, kind, error = answer
+        detail = clean_line(error or "no error text", ERROR_TEXT_LIMIT)
+        return QueryRejected(f"Prometheus refused the query (HTTP {status}{', ' + kind if kind else ''}): "
+                             f"{detail}")
+    if answer is not None:
+        status, kind, error = answer
+        return MetricsUnavailable(f"Prometheus query failed: HTTP {status}"
+                                  f"{', ' + clean_line(kind + ': ' + error, ERROR_TEXT_LIMIT) if kind else ''}")
+    return MetricsUnavailable(f"Prometheus query failed: {failure_text(exc)}")
 
 
 @dataclass(frozen=True)
@@ -216,7 +271,7 @@ class PrometheusClient:
                 query, params={"timeout": f"{self._timeout:g}s"})
         except Exception as exc:  # the client raises several unrelated types on network and HTTP errors
             telemetry.PROMETHEUS_ERRORS.inc()
-            raise MetricsUnavailable(f"Prometheus query failed: {type(exc).__name__}: {exc}") from exc
+            raise query_failure(exc) from exc
         return result
 
     def scalar(self, query: str) -> float | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,13 +109,15 @@ def pod_summary(body: Mapping[str, Any]) -> Summary:
 
 def llmd_summary(body: Mapping[str, Any]) -> Summary:
     """What the Deployment watch needs of an LLMDeployment to mirror Ready: replicas and their bounds, the
-    conditions and the remediation status, with the resourceVersion that a conditional status write names."""
+    conditions, the replica counts it writes with Ready and the remediation status, with the resourceVersion
+    that a conditional status write names."""
     meta, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
     return Summary.of({
         "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
                      "generation": meta.get("generation"), "resourceVersion": meta.get("resourceVersion")},
         "spec": copy.deepcopy({k: spec[k] for k in ("replicas", "remediation") if k in spec}),
-        "status": copy.deepcopy({k: status[k] for k in ("conditions", "remediation") if k in status}),
+        "status": copy.deepcopy({k: status[k] for k in ("conditions", "remediation", "replicas", "readyReplicas")
+                                 if k in status}),
     })
 
 
@@ -197,11 +199,11 @@ class WatchedCluster:
         wanted = (meta.get("annotations") or {}).get(INPUT_HASH)
         return not (wanted and live is not None and live.body["metadata"]["annotations"].get(INPUT_HASH) == wanted)
 
-    def apply_all(self, objects: list[dict[str, Any]]) -> int:
+    def apply_all(self, objects: list[dict[str, Any]], before_write: Callable[[], None] | None = None) -> int:
         """As Kube.apply_all, judging staleness by the watch instead of a GET per object. Should the watch lag
         behind a write, the object is applied again as it is, which the API server takes as a no-op (no new
         resourceVersion)."""
-        written = self.kube.apply_changed(objects, stale=self._stale)
+        written = self.kube.apply_changed(objects, stale=self._stale, before_write=before_write)
         self._written |= {(o["kind"], o["metadata"]["namespace"], o["metadata"]["name"]) for o in written}
         return len(written)
 
@@ -216,6 +218,10 @@ class WatchedCluster:
 
     def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         return self.kube.secret_value(namespace, name, key)
+
+    def patch_llmd_status(self, namespace: str, name: str, status: dict[str, Any],
+                          resource_version: str | None = None) -> None:
+        self.kube.patch_llmd_status(namespace, name, status, resource_version=resource_version)
 
 
 def current_pods(pods: Iterable[Summary], plan_hash: str | None) -> list[str]:

@@ -9,9 +9,9 @@ enters through ``resync``, which first asks whether anything the reconcile reads
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
@@ -31,6 +31,7 @@ from llm_autopilot.controller.quiet import (
     QuietMemory,
     Seen,
     fingerprint,
+    later,
     metrics_verdict,
     next_due,
     unsettled,
@@ -44,7 +45,7 @@ from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replic
 from llm_autopilot.remediation.decide import METRICS_AVAILABLE, Decision, Evidence, Probe, decide
 from llm_autopilot.remediation.evidence import apply_overrides
 from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_floor
-from llm_autopilot.remediation.state import MAX_REPLICAS, Limits, RemediationState, effective_replicas
+from llm_autopilot.remediation.state import MAX_REPLICAS, Author, Limits, RemediationState, effective_replicas
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render import groups
 from llm_autopilot.render.autoscaling import KEDA_CRD
@@ -67,8 +68,14 @@ class Cluster(PodSource, Protocol):
 
     def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None: ...
 
-    def apply_all(self, objects: list[dict[str, Any]]) -> int:
-        """Write the objects that changed, all or none; raises ApplyRejected."""
+    def apply_all(self, objects: list[dict[str, Any]], before_write: Callable[[], None] | None = None) -> int:
+        """Write the objects that changed, all or none; raises ApplyRejected. ``before_write`` runs after the
+        dry runs passed, before the first write."""
+        ...
+
+    def patch_llmd_status(self, namespace: str, name: str, status: dict[str, Any],
+                          resource_version: str | None = None) -> None:
+        """Merge-patch the LLMDeployment's status; with ``resource_version``, 409 if it changed since."""
         ...
 
     def secret_value(self, namespace: str, name: str, key: str) -> str | None:
@@ -97,6 +104,9 @@ class Outcome:
     kv_question: tuple[int, float] | None = None
     #: False for a quiet resync (nothing was planned, rendered or read)
     full: bool = True
+    #: why a retry is asked for, and after how many seconds
+    retry_reason: str = "model could not be resolved yet; retrying"
+    retry_delay: float = 30.0
 
 
 def _utcnow() -> datetime:
@@ -113,6 +123,17 @@ def ready_condition(deployment: dict[str, Any] | None, *, spec_replicas: int, ma
     when KEDA drives it): the one computation both the reconcile and the Deployment watch use."""
     replicas = spec_replicas if autoscaled else effective_replicas(remediation, spec_replicas, max_replicas)
     return deployment_ready(deployment, replicas)
+
+
+def observed_replicas(deployment: Mapping[str, Any] | None) -> dict[str, int]:
+    """status.replicas and status.readyReplicas (the REPLICAS and AVAILABLE columns) from the workload's status:
+    both writers of Ready (the reconcile and the Deployment watch) write them with it."""
+    observed = (deployment or {}).get("status") or {}
+    return {"replicas": _int(observed.get("replicas")), "readyReplicas": _int(observed.get("availableReplicas"))}
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 def autoscaling_problem(spec: LLMDeploymentSpec, choice: PoolChoice,
@@ -141,6 +162,10 @@ def max_replicas_problem(max_replicas: int, plan: Plan, pool: GPUPool) -> str | 
     return (f"spec.autoscaling.maxReplicas {max_replicas} is more than the GPU pool holds: {fit} replicas of "
             f"{plan.summary} fit on its {pool.nodes} node(s) of {pool.gpus_per_node} x {pool.gpu.display_name}; "
             f"set maxReplicas to {fit} or fewer")
+
+
+class StatusConflict(RuntimeError):
+    """The LLMDeployment changed between the read and the status write (409): nothing was written."""
 
 
 class SecretUnreadable(RuntimeError):
@@ -183,9 +208,19 @@ class Context:
     spec: LLMDeploymentSpec
     request_for: Callable[[GPUPool, Overrides], PlanRequest]
     pools: list[GPUPool]
+    #: the most allocatable memory of any matching GPU node (GiB; 0: none known)
     node_memory_gib: float
     #: the shortest max_model_len remediation may cut to (never 1: see ladder.max_model_len_floor)
     floor_max_model_len: int
+    #: per GPU (catalog name): the most allocatable memory of a matching node with it (GiB)
+    pool_memory_gib: dict[str, float] = field(default_factory=dict)
+
+    def memory_of(self, pool: GPUPool | None) -> float:
+        """The memory bound of a pool's nodes (0: no node of it is known); remediation's memory limit never
+        goes above the nodes the plan runs on, whatever larger nodes of other GPUs the cluster has."""
+        if pool is None:
+            return self.node_memory_gib
+        return self.pool_memory_gib.get(pool.gpu.name, 0.0)
 
 
 def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: OperatorSettings) -> Context:
@@ -202,8 +237,12 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: Op
     wanted = spec.gpu.node_selector or {}
     nodes = kube.gpu_nodes()
     pools = convert.gpu_pools(spec, ((n.labels, n.allocatable_gpus) for n in nodes))
-    memory = max((n.allocatable_memory_gib for n in nodes if gpu_from_labels(n.labels)
-                  and all(n.labels.get(k) == v for k, v in wanted.items())), default=0.0)
+    pool_memory: dict[str, float] = {}
+    for n in nodes:
+        gpu = gpu_from_labels(n.labels)
+        if gpu is not None and all(n.labels.get(k) == v for k, v in wanted.items()):
+            pool_memory[gpu.name] = max(pool_memory.get(gpu.name, 0.0), n.allocatable_memory_gib)
+    memory = max(pool_memory.values(), default=0.0)
     floor = max_model_len_floor(floor=spec.remediation.floors.min_max_model_len,
                                 serving_min=spec.serving.min_max_model_len,
                                 serving_max=spec.serving.fixed_max_model_len,
@@ -214,15 +253,16 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: Op
         targets = apply_overrides(convert.targets_for_pool(spec, pool), overrides, floor_max_model_len=floor)
         return PlanRequest(model, pool.gpu, behaviour, targets)
 
-    return Context(spec, request_for, pools, memory, floor)
+    return Context(spec, request_for, pools, memory, floor, pool_memory)
 
 
-def limits(ctx: Context) -> Limits:
-    """The bounds a status read from the cluster is clamped into."""
+def limits(ctx: Context, node_memory_gib: float | None = None) -> Limits:
+    """The bounds a status read from the cluster is clamped into (the memory limit: the given pool's nodes')."""
     spec, floors = ctx.spec, ctx.spec.remediation.floors
     return Limits(max_steps=spec.remediation.max_steps, spec_replicas=spec.replicas,
                   max_replicas=spec.remediation.max_replicas, max_gpus=spec.gpu.max_gpus,
-                  node_memory_gib=ctx.node_memory_gib, floor_max_model_len=ctx.floor_max_model_len,
+                  node_memory_gib=ctx.node_memory_gib if node_memory_gib is None else node_memory_gib,
+                  floor_max_model_len=ctx.floor_max_model_len,
                   floor_max_num_seqs=floors.min_max_num_seqs,
                   floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
                   floor_gpu_memory_utilization=floors.min_gpu_memory_utilization)
@@ -245,6 +285,7 @@ class Rendered:
     #: the pods that serve the API (the scale subresource's selector)
     serving_selector: dict[str, str]
     shape: Shape
+    pool: GPUPool | None = None
 
     @property
     def nodes(self) -> int:
@@ -275,7 +316,8 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
                             replicas=overrides.replicas, memory_limit_gib=overrides.memory_limit_gib,
                             host_memory_gib=host, prometheus_address=prometheus)
     workload = children(inputs, live or Live())
-    return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape)
+    return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape,
+                    choice.pool)
 
 
 def read_live(kube: Cluster, owner: Owner, multi_node: bool) -> Live:
@@ -318,7 +360,7 @@ def _running(r: Rendered, ctx: Context) -> Running:
         fp8_kv_allowed="fp8" in spec.serving.allowed_kv_cache_dtypes,
         max_gpus=min(spec.gpu.max_gpus, pool_max),
         max_replicas=min(spec.remediation.max_replicas or spec.replicas, MAX_REPLICAS),
-        node_memory_gib=ctx.node_memory_gib or memory_limit_gib(r.inputs),
+        node_memory_gib=ctx.memory_of(r.pool) or memory_limit_gib(r.inputs),
         floor_max_model_len=ctx.floor_max_model_len,
         floor_gpu_memory_utilization=floors.min_gpu_memory_utilization,
         floor_max_num_seqs=floors.min_max_num_seqs, floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
@@ -342,9 +384,11 @@ class Reconciler:
     """One pass over one object; collects the status changes and events to report."""
 
     def __init__(self, *, name: str, namespace: str, uid: str, generation: int | None, status: dict[str, Any],
-                 kube: Cluster, settings: OperatorSettings, gatherer: Gatherer) -> None:
+                 kube: Cluster, settings: OperatorSettings, gatherer: Gatherer,
+                 resource_version: str | None = None) -> None:
         self.owner = Owner(name, namespace, uid)
         self.generation = generation
+        self.resource_version = resource_version
         self.status = status
         self.kube = kube
         self.settings = settings
@@ -380,17 +424,34 @@ class Reconciler:
             self.out.status["conditions"] = self.conditions
         if _changed(self.status, "observedGeneration", self.generation):
             self.out.status["observedGeneration"] = self.generation
-        if self.state is not None and (self.state != self.origin or self.repaired):
-            self.out.status["remediation"] = self.state.to_status()
+        if self.state is not None:
+            self.state = self.state.attested(self.author)
+            if self.state != self.origin or self.repaired:
+                self.out.status["remediation"] = self.state.to_status()
         return self.out
 
+    @property
+    def author(self) -> Author:
+        return Author(self.owner.uid, self.generation or 0)
+
     def read_state(self, ctx: Context) -> RemediationState:
-        state, repairs = RemediationState.read(self.status.get("remediation"), limits(ctx), self.now)
-        for repair in repairs:
-            logger.warning("%s/%s: %s", self.owner.namespace, self.owner.name, repair)
-        if repairs:  # written back repaired, so this is said once
+        """The remediation state, only with the steps the operator recorded for this object, each clamped to
+        the spec and to the nodes of the pool its overrides plan on."""
+        raw = self.status.get("remediation")
+        cap: float | None = None
+        loose, _, _ = RemediationState.read_attributed(raw, limits(ctx), self.now, self.author)
+        if loose.overrides.memory_limit_gib is not None:  # bounded by the planned pool's nodes, not the largest
+            choice = plan_with(ctx, loose.overrides)
+            if isinstance(choice.result, Plan) and choice.pool is not None:
+                cap = ctx.memory_of(choice.pool) or None
+        state, repairs, dropped = RemediationState.read_attributed(raw, limits(ctx, cap), self.now, self.author)
+        for note in (*dropped, *repairs):
+            logger.warning("%s/%s: %s", self.owner.namespace, self.owner.name, note)
+        if dropped:  # written back without them, so this is said once
+            self.event("Warning", "UnattributedRemediation", "; ".join(dropped))
+        if repairs:
             self.event("Warning", "StatusRepaired", "; ".join(repairs))
-        self.origin, self.state, self.repaired = state, state, bool(repairs)
+        self.origin, self.state, self.repaired = state, state, bool(repairs or dropped)
         return state
 
     def run(self, spec_body: dict[str, Any]) -> Outcome:
@@ -429,11 +490,24 @@ class Reconciler:
         current = render(ctx, choice, state.overrides, self.owner, self.settings, live)
         view = workload_view(self.kube, current)
         final, decision = self.remediate(ctx, current, state, view, live)
+        recorded: list[bool] = []
+
+        def record_first() -> None:  # the dry runs passed: the step goes into the status before any child
+            if decision.changed:
+                self.record_step(decision.state)
+                recorded.append(True)
+
         try:
-            written = self.kube.apply_all(final.objects)
+            written = self.kube.apply_all(final.objects, before_write=record_first)
         except ApplyRejected as exc:
-            # nothing was written: a step whose objects the API server refuses is not taken, nor reported
+            if recorded:  # refused for real after the dry run (a race): the recorded step is applied next pass
+                self.state = self.origin
+            # else nothing was written: a step whose objects the API server refuses is not taken, nor reported
             return self.fail("ApplyRejected", clean_line(str(exc), _MESSAGE_LIMIT))
+        except StatusConflict:
+            # the object changed since it was read: nothing was written; decide again on what it says now
+            return Outcome(retry=True, retry_reason="the LLMDeployment changed while it was reconciled; retrying",
+                           retry_delay=1.0)
         self.out.writes += written
         self.record(decision)
         if written:
@@ -475,6 +549,22 @@ class Reconciler:
         decision = decide(evidence, state, policy, _running(current, ctx), now=self.now, probe=probe)
         return (renders[decision.overrides] if decision.changed else current), decision
 
+    def record_step(self, state: RemediationState) -> None:
+        """Write a remediation step (or relax) to the status before the children that carry it, so no crash in
+        between can leave a step applied but unrecorded: a reconcile after a crash reads the recorded step and
+        applies its children (the apply is idempotent). Raises StatusConflict when the object changed since it
+        was read."""
+        try:
+            state = state.attested(self.author)
+            self.kube.patch_llmd_status(self.owner.namespace, self.owner.name, {"remediation": state.to_status()},
+                                        resource_version=self.resource_version)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise StatusConflict(api_message(exc)) from exc
+            raise
+        self.out.writes += 1
+        self.origin, self.repaired = state, False  # written: finish() need not write it again
+
     def record(self, decision: Decision) -> None:
         """The decision's state, conditions, events and counters, once its objects are written."""
         self.state = decision.state
@@ -498,10 +588,7 @@ class Reconciler:
         self.condition(READY, *ready_condition(deployment, spec_replicas=ctx.spec.replicas,
                                                max_replicas=ctx.spec.remediation.max_replicas,
                                                remediation=remediation, autoscaled=ctx.spec.autoscaling is not None))
-        observed = (deployment or {}).get("status") or {}
-        for key, value in (("replicas", int(observed.get("replicas") or 0)),
-                           ("readyReplicas", int(observed.get("availableReplicas") or 0)),
-                           ("selector", label_selector(r.serving_selector))):
+        for key, value in (*observed_replicas(deployment).items(), ("selector", label_selector(r.serving_selector))):
             if _changed(self.status, key, value):
                 self.out.status[key] = value
         if not any(c.get("type") == DEGRADED for c in self.conditions):
@@ -514,9 +601,11 @@ class Reconciler:
 def reconcile(
     *, name: str, namespace: str, uid: str, generation: int | None, spec_body: dict[str, Any],
     status: dict[str, Any], kube: Cluster, settings: OperatorSettings, gatherer: Gatherer | None = None,
+    resource_version: str | None = None,
 ) -> Outcome:
     return Reconciler(name=name, namespace=namespace, uid=uid, generation=generation, status=status, kube=kube,
-                      settings=settings, gatherer=gatherer or gatherer_for(kube, settings)).run(spec_body)
+                      settings=settings, gatherer=gatherer or gatherer_for(kube, settings),
+                      resource_version=resource_version).run(spec_body)
 
 
 def _settings_digest(settings: OperatorSettings) -> str:
@@ -543,8 +632,8 @@ def resync(
             and _verdict(gatherer, seen, current_pods) == seen.metrics):
         return Outcome(full=False, settled=True, due=seen.due, plan_hash=seen.plan_hash, metrics=seen.metrics)
     out = reconcile(name=name, namespace=namespace, uid=uid, generation=generation, spec_body=spec_body,
-                    status=status, kube=kube, settings=settings, gatherer=gatherer)
-    due = out.due or _utcnow() + timedelta(seconds=settings.full_check_seconds)
+                    status=status, kube=kube, settings=settings, gatherer=gatherer, resource_version=resource_version)
+    due = out.due or later(_utcnow(), settings.full_check_seconds)
     memory.remember(uid, Seen(fingerprint=key, metrics=out.metrics, due=due, settled=out.settled and not out.retry,
                               plan_hash=out.plan_hash, namespace=namespace, kv_question=out.kv_question))
     return out

@@ -29,8 +29,12 @@ _EXCERPT = 500
 
 class Metrics(StrEnum):
     NOT_CONFIGURED = "NotConfigured"
+    #: configured, but there was nothing to ask (no pod runs the current plan): MetricsAvailable is left alone
+    NOT_ASKED = "NotAsked"
     AVAILABLE = "Available"
     UNAVAILABLE = "Unavailable"
+    #: Prometheus is up and refused the operator's query (the spec makes it invalid): not an outage
+    REJECTED = "Rejected"
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,12 @@ def decide(evidence: Evidence, state: RemediationState, policy: RemediationPolic
                                                 f"{evidence.metrics_detail}; remediation holds still until "
                                                 "metrics return"))
         return draft.done(in_force)  # nothing else changes: the next resync retries
+    if evidence.metrics is Metrics.REJECTED:
+        draft.conditions.append(ConditionUpdate(
+            METRICS_AVAILABLE, False, "QueryRejected",
+            f"{evidence.metrics_detail}; check spec.remediation.kvSaturationWindowSeconds and "
+            "kvSaturationThreshold; remediation holds still until the query is valid"))
+        return draft.done(in_force)
     if evidence.metrics is Metrics.AVAILABLE:
         draft.conditions.append(ConditionUpdate(METRICS_AVAILABLE, True, "Queried", evidence.metrics_detail))
 

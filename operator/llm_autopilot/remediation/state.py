@@ -12,6 +12,8 @@ and the nodes allow -- each with a warning the shell reports.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -29,6 +31,43 @@ HISTORY_LIMIT = 20
 MAX_REPLICAS = 1000
 #: a peer's clock may run this far ahead without a warning (the stamp is still clamped to now)
 CLOCK_SKEW = timedelta(seconds=60)
+
+
+#: bump when the digest's inputs change (steps attested by an older scheme are then dropped once)
+ATTESTATION_SCHEME = "llm-autopilot.io/remediation-step/v1"
+#: the keys of an applied entry that are not the step itself
+_ATTRIBUTION_KEYS = ("generation", "attestation")
+
+
+@dataclass(frozen=True)
+class Author:
+    """Who records remediation steps: the operator, for this object (its uid), under this spec generation."""
+
+    uid: str
+    generation: int
+
+
+def _canonical(value: Any) -> Any:
+    """Numbers as floats (the API server may hand 2000.0 back as 2000), keys sorted by json.dumps."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    return repr(value)
+
+
+def attestation(uid: str, generation: int, step: Mapping[str, Any], previous: str) -> str:
+    """The digest an applied entry carries: of the object's uid, the generation the step was taken under, the
+    step's overrides and the previous entry's digest (so entries cannot be reordered, copied between objects or
+    edited). It attributes a step to the operator's own write; it is not a secret (see README)."""
+    content = {k: v for k, v in step.items() if k not in _ATTRIBUTION_KEYS}
+    text = json.dumps([ATTESTATION_SCHEME, uid, generation, _canonical(content), previous], sort_keys=True,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -137,7 +176,9 @@ class _Reader:
             bound = replicas_bound(limits.spec_replicas, limits.max_replicas)
             outcome = "ignored" if clamped_replicas is None else f"clamped to {clamped_replicas}"
             self.warn(f"{where}.replicas {replicas!r} is outside 1..{bound}; {outcome}")
+        generation = raw.get("generation")
         return RemediationOverrides(
+            generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
             max_model_len=self.bounded(f"{where}.maxModelLen", raw.get("maxModelLen"), limits.floor_max_model_len,
                                        None),
             max_num_batched_tokens=self.bounded(f"{where}.maxNumBatchedTokens", raw.get("maxNumBatchedTokens"),
@@ -160,15 +201,41 @@ class RemediationState(RemediationStatus):
 
     @classmethod
     def read(cls, raw: Any, limits: Limits, now: datetime) -> tuple[RemediationState, tuple[str, ...]]:
-        """The state in ``raw`` (whatever wrote it), and what had to be repaired to read it."""
+        """The state in ``raw`` (whatever wrote it), and what had to be repaired to read it; every applied entry
+        is taken as it is (tools and tests; the operator reads with ``read_attributed``)."""
+        state, repairs, dropped = cls.read_attributed(raw, limits, now, None)
+        return state, repairs + dropped
+
+    @classmethod
+    def read_attributed(cls, raw: Any, limits: Limits, now: datetime,
+                        author: Author | None) -> tuple[RemediationState, tuple[str, ...], tuple[str, ...]]:
+        """(the state, what had to be repaired, the applied entries dropped as not the operator's). With an
+        ``author``, only applied entries whose attestation chain verifies count: the first that does not (a
+        hand-written, copied, edited or reordered entry) is dropped with every later one, and none is applied.
+        The kept entries are attested again (a clamp changes what they say)."""
         reader = _Reader(now)
         if raw is None:
-            return cls(), ()
+            return cls(), (), ()
         if not isinstance(raw, Mapping):
             reader.warn(f"{type(raw).__name__} is not an object; started afresh")
-            return cls(), tuple(reader.warnings)
+            return cls(), tuple(reader.warnings), ()
         applied: list[RemediationOverrides] = []
-        for i, item in enumerate(raw.get("applied") or []):
+        dropped: list[str] = []
+        previous = ""
+        entries = raw.get("applied") or []
+        for i, item in enumerate(entries if isinstance(entries, list | tuple) else []):
+            if author is not None:
+                generation = item.get("generation") if isinstance(item, Mapping) else None
+                valid = (isinstance(item, Mapping) and isinstance(generation, int)
+                         and not isinstance(generation, bool) and 0 <= generation <= author.generation
+                         and item.get("attestation") == attestation(author.uid, generation, item, previous))
+                if not valid:
+                    later = len(entries) - i - 1
+                    dropped.append(f"status.remediation.applied[{i}] was not recorded by the operator (no valid "
+                                   f"attestation); dropped{f' with the {later} later entries' if later else ''}, "
+                                   "not applied")
+                    break
+                previous = str(item["attestation"])
             if isinstance(item, Mapping):
                 applied.append(reader.overrides(f"applied[{i}]", item, limits))
             else:
@@ -185,6 +252,8 @@ class RemediationState(RemediationStatus):
                 reader.warn(f"{key} {value!r} is not a string; ignored")
                 texts[key] = None
         rung = reader.bounded("rung", raw.get("rung", 0), 0, limits.max_steps)
+        if dropped:
+            rung = min(len(applied), limits.max_steps)  # said by the drop; the rung follows the entries kept
         if rung is not None and rung != min(len(applied), limits.max_steps):
             # every writer keeps rung == the number of applied rungs; a status that disagrees is repaired
             reader.warn(f"rung {rung} does not match the {len(applied)} applied rungs; set to "
@@ -202,7 +271,21 @@ class RemediationState(RemediationStatus):
             applied=tuple(applied[-HISTORY_LIMIT:]),
             history=tuple(history[-HISTORY_LIMIT:]),
         )
-        return state, tuple(reader.warnings)
+        if author is not None:
+            state = state.attested(author)
+        return state, tuple(reader.warnings), tuple(dropped)
+
+    def attested(self, author: Author) -> RemediationState:
+        """Every applied entry with its attestation chain; an entry without a generation (a step just taken)
+        gets the author's."""
+        previous, entries = "", []
+        for entry in self.applied:
+            generation = entry.generation if entry.generation is not None else author.generation
+            step = entry.model_dump(mode="json", by_alias=True, exclude_none=True)
+            digest = attestation(author.uid, generation, step, previous)
+            entries.append(entry.model_copy(update={"generation": generation, "attestation": digest}))
+            previous = digest
+        return self._with(applied=tuple(entries))
 
     def to_status(self) -> dict[str, Any]:
         """For a merge patch: unset fields are explicit nulls, so a value read as missing is removed."""
