@@ -85,6 +85,8 @@ NAMESPACED_RULES: list[Rule] = [
     (("apps",), ("statefulsets",), ("get", "create", "patch")),  # replicas across nodes, one group each
     (("leaderworkerset.x-k8s.io",), ("leaderworkersets",), ("get", "create", "patch")),  # when its CRD exists
     (("keda.sh",), ("scaledobjects",), ("get", "create", "patch")),  # spec.autoscaling
+    (("",), ("persistentvolumeclaims",), ("get", "create", "patch")),  # spec.model.cache: applied once
+    (("batch",), ("jobs",), ("get", "create", "patch")),  # spec.model.cache: the download Job
     (("",), ("pods",), ("list", "watch")),  # crash evidence, from the pod watch
     (("",), ("pods/log",), ("get",)),  # the previous container's log: vLLM's root cause of a crash
     SECRETS_RULE,

@@ -54,6 +54,10 @@ class FakeCluster:
     #: pod name -> the previous log, or the exception reading it raises
     logs: dict[str, str | Exception] = field(default_factory=dict)
     log_reads: list[str] = field(default_factory=list)
+    #: Job name -> its pods (the model cache's download)
+    job_pod_list: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: pod name -> the running container's log (the cache download's progress)
+    current_logs: dict[str, str | Exception] = field(default_factory=dict)
     #: (namespace, name, key) -> the value, or the exception reading it raises
     secrets: dict[tuple[str, str, str], str | Exception] = field(default_factory=dict)
     secret_reads: int = 0
@@ -107,6 +111,15 @@ class FakeCluster:
     def previous_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
         self.log_reads.append(pod)
         found = self.logs.get(pod, LogUnavailable("400 Bad Request: previous terminated container not found"))
+        if isinstance(found, Exception):
+            raise found
+        return "\n".join(found.splitlines()[-tail_lines:])[-limit_bytes:]
+
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.job_pod_list.get(job, []))
+
+    def current_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
+        found = self.current_logs.get(pod, "")
         if isinstance(found, Exception):
             raise found
         return "\n".join(found.splitlines()[-tail_lines:])[-limit_bytes:]

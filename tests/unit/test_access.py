@@ -33,3 +33,11 @@ def test_a_malformed_secret_reference_never_reaches_the_review() -> None:
     """The typed EnvVarSource refuses it first, with its path: nothing to review, nothing admitted."""
     with pytest.raises(ValidationError, match="secretKeyRef"):
         spec(vllm={"env": [{"name": "X", "valueFrom": {"secretKeyRef": "oops"}}]})
+
+
+def test_the_s3_credentials_secret_is_reviewed_too() -> None:
+    s = spec(model={"name": "acme/tiny", "source": "s3://models/tiny",
+                    "s3": {"endpoint": "http://s3.local:8333", "credentialsSecretRef": {"name": "s3-keys"}},
+                    "cache": {"enabled": True}},
+             vllm={"env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}]})
+    assert referenced_secrets(s) == ["db", "s3-keys"]

@@ -120,7 +120,7 @@ def test_printer_columns_and_names() -> None:
         "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
         "labelSelectorPath": ".status.selector"}}
     assert [col["name"] for col in PRINTER_COLUMNS] == ["Model", "GPUs", "Quantization", "MaxLen", "Replicas",
-                                                        "Available", "Ready", "Rung", "Age"]
+                                                        "Available", "Ready", "Rung", "Cached%", "Age"]
 
 
 def test_status_model_fits_the_status_schema() -> None:

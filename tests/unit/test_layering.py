@@ -42,3 +42,15 @@ def test_pure_layers_import_only_downwards(layer: str) -> None:
             if name.startswith("llm_autopilot."):
                 target = name.split(".")[1]
                 assert target in ALLOWED[layer], f"{path.relative_to(PACKAGE)} ({layer}) imports {name}"
+
+
+#: pure modules inside a shell package, with the layers each may import
+PURE_FILES = {"storage/sigv4.py": set[str](), "api/sources.py": {"api"}}
+
+
+@pytest.mark.parametrize("module", sorted(PURE_FILES))
+def test_pure_modules_in_shell_packages(module: str) -> None:
+    for name in _imports(PACKAGE / module):
+        assert not name.startswith(SHELLS), f"{module} imports shell {name}"
+        if name.startswith("llm_autopilot."):
+            assert name.split(".")[1] in PURE_FILES[module], f"{module} imports {name}"

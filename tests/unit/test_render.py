@@ -120,7 +120,7 @@ def test_deployment_shape() -> None:
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1" == c["resources"]["requests"]["nvidia.com/gpu"]
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert {p["httpGet"]["path"] for p in (c["startupProbe"], c["readinessProbe"], c["livenessProbe"])} == {"/health"}
-    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 1800
+    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 600
     assert pod["volumes"][0]["emptyDir"]["medium"] == "Memory"
     expr = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     assert expr["matchExpressions"][0] == {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-L4"]}

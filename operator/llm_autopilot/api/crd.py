@@ -30,6 +30,7 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Available", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
     {"name": "Rung", "type": "integer", "jsonPath": ".status.remediation.rung"},
+    {"name": "Cached%", "type": "number", "jsonPath": ".status.cache.percent"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

@@ -36,6 +36,7 @@ from llm_autopilot.api.serve_flags import (
     env_value_problem,
     extra_arg_problem,
 )
+from llm_autopilot.api.sources import HubSource, Source, parse_source, source_problem
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
 
 QuantizationName = Literal["none", "fp8", "awq", "gptq"]
@@ -217,8 +218,60 @@ class QuantizedVariants(APIModel):
     gptq: HubID | None = Field(None, description="Hub id of a GPTQ (4-bit) checkpoint of the same model.")
 
 
+class S3CredentialsRef(APIModel):
+    name: ObjectName = Field(description="Name of a Secret in the LLMDeployment's namespace.")
+    access_key_id_key: ConfigKey = Field(
+        "AWS_ACCESS_KEY_ID", description="Key of the access key id in the Secret. Defaults to AWS_ACCESS_KEY_ID.")
+    secret_access_key_key: ConfigKey = Field(
+        "AWS_SECRET_ACCESS_KEY",
+        description="Key of the secret access key in the Secret. Defaults to AWS_SECRET_ACCESS_KEY.")
+
+
+class S3Options(APIModel):
+    """How to reach an S3-compatible store (AWS S3, SeaweedFS, MinIO, Ceph RGW...)."""
+
+    endpoint: str | None = Field(
+        None, max_length=2048, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
+        description="Store URL, e.g. `http://seaweedfs.storage:8333`. Defaults to AWS: "
+        "`https://s3.<region>.amazonaws.com`. Buckets are addressed path-style (`<endpoint>/<bucket>/<key>`).")
+    region: str = Field(
+        "us-east-1", min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$",
+        description="Region the requests are signed for (SigV4). Default us-east-1.")
+    credentials_secret_ref: S3CredentialsRef | None = Field(
+        None, description="Secret with the access key id and secret access key. Omit for a public bucket "
+        "(unsigned requests).")
+
+
+ModelURI = Annotated[str, Field(min_length=6, max_length=1024), _checked(source_problem)]
+
+
+class ModelCache(APIModel):
+    """A PersistentVolumeClaim holding the weights, filled once by a download Job, shared by every replica and
+    every remediation step of the same model and revision in the namespace."""
+
+    enabled: bool = Field(False, description="Download the weights once into a shared PVC. Default false.")
+    storage_class_name: ObjectName | None = Field(
+        None, description="StorageClass of the cache PVC. Defaults to the cluster's default StorageClass.")
+    size: Quantity | None = Field(
+        None, description="Size of the cache PVC. Defaults to the checkpoint's bytes plus 10 % and 1 GiB.")
+    access_mode: Literal["ReadWriteMany", "ReadWriteOnce"] = Field(
+        "ReadWriteMany", description="ReadWriteMany (default) lets pods on any node mount it; ReadWriteOnce "
+        "(node-local volumes) keeps every pod on the volume's node.")
+    existing_claim: ObjectName | None = Field(
+        None, description="Use this PVC in the namespace instead of creating one (the download Job fills it).")
+
+
 class ModelSource(APIModel):
-    name: HubID = Field(description="Hugging Face Hub id (`org/name`) or `hf://org/name` of the model to serve.")
+    name: HubID = Field(description="Hugging Face Hub id (`org/name`) or `hf://org/name` of the model to serve. "
+                        "With a pvc:// or s3:// source it names the model (the default served name, and the "
+                        "built-in catalog's entry used for a pvc:// source).")
+    source: ModelURI | None = Field(
+        None, description="Where the weights are: `hf://org/name` (the Hub; default `hf://<name>`), "
+        "`pvc://claim/path` (a folder on a PersistentVolumeClaim in the namespace, mounted read-only) or "
+        "`s3://bucket/prefix` (an S3-compatible store, see `s3`).")
+    s3: S3Options | None = Field(None, description="Endpoint, region and credentials of an s3:// source.")
+    cache: ModelCache | None = Field(
+        None, description="Download the weights once into a PVC that the pods mount read-only (hf:// and s3://).")
     revision: CLIValue | None = Field(
         None, description="Hub revision (branch, tag or commit). Defaults to `main`.")
     served_model_name: CLIValue | None = Field(
@@ -234,6 +287,41 @@ class ModelSource(APIModel):
     hub_token_secret_ref: SecretKeyRef | None = Field(
         None, description="Secret holding a Hugging Face token, for gated or private models."
     )
+
+    @property
+    def location(self) -> Source:
+        """Where the checkpoint is read from (the Hub id in ``name`` unless ``source`` says otherwise)."""
+        return parse_source(self.source) if self.source else HubSource(self.name.removeprefix("hf://"))
+
+    @property
+    def hub_repo(self) -> str | None:
+        """The Hub repository of an hf:// source; None for pvc:// and s3://."""
+        where = self.location
+        return where.repo if isinstance(where, HubSource) else None
+
+    @model_validator(mode="after")
+    def _source_rules(self) -> ModelSource:
+        if self.cache is not None and self.cache.enabled and self.variants is not None:
+            raise invalid("cache holds one checkpoint, the source's: remove variants (or serve a pre-quantized "
+                          "checkpoint as the source itself)")
+        if self.source is None or self.source.startswith("hf://"):
+            if self.s3 is not None:
+                raise invalid("s3 only applies to an s3:// source")
+            return self
+        scheme = self.source.partition("://")[0]
+        if self.cache is not None and self.cache.enabled and scheme == "pvc":
+            raise invalid("cache applies to hf:// and s3:// sources: a pvc:// source is already on a volume")
+        if self.s3 is not None and scheme != "s3":
+            raise invalid(f"s3 only applies to an s3:// source, not {scheme}://")
+        for given, field in ((self.revision, "revision"), (self.hub_token_secret_ref, "hubTokenSecretRef"),
+                             (self.variants, "variants")):
+            if given is not None:
+                raise invalid(f"{field} applies to the Hub (hf:// sources), not to {scheme}://: remove it "
+                              f"(put another revision or a quantized variant under its own {scheme}:// path)")
+        if scheme == "s3" and (self.cache is None or not self.cache.enabled):
+            raise invalid("an s3:// source needs cache.enabled: true: vLLM does not load from S3, so the weights "
+                          "are downloaded once into a PVC the pods mount")
+        return self
 
 
 class Toleration(APIModel):
@@ -819,6 +907,15 @@ class RemediationStatus(StatusModel):
     )
 
 
+class CacheStatus(APIModel):
+    claim_name: str = Field(description="The cache PVC.")
+    state: Literal["Pending", "Downloading", "Complete", "Failed"] = Field(description="Where the download is.")
+    bytes: int = Field(0, ge=0, description="Bytes in the cache.")
+    total_bytes: int | None = Field(None, ge=0, description="Bytes of the whole checkpoint.")
+    percent: float | None = Field(None, ge=0, le=100, description="bytes / totalBytes, in percent.")
+    message: str = Field("", description="Why a download failed.")
+
+
 class LLMDeploymentStatus(APIModel):
     observed_generation: int | None = Field(None, description="The spec generation last reconciled.")
     replicas: int | None = Field(
@@ -829,6 +926,7 @@ class LLMDeploymentStatus(APIModel):
     plan: PlanStatus | None = Field(None, description="The current plan and its memory breakdown.")
     conditions: list[Condition] = Field(default_factory=list, description="Planned, Ready, Degraded...")
     remediation: RemediationStatus | None = Field(None, description="Remediation rung and history.")
+    cache: CacheStatus | None = Field(None, description="The model cache's download (spec.model.cache).")
 
 
 class LLMDeployment(APIModel):

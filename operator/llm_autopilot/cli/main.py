@@ -6,6 +6,7 @@ error (one line ``internal error: ...``; ``LLM_AUTOPILOT_DEBUG=1`` shows the tra
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -338,6 +339,50 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             payload["exception"] = self.formatException(record.exc_info)
         return json.dumps(payload)
+
+
+@cli.command(name="fetch")
+@click.option("--source", required=True, help="hf://org/name or s3://bucket/prefix.")
+@click.option("--dest", required=True, type=click.Path(file_okay=False), help="Folder to fill (on the cache PVC).")
+@click.option("--revision", default=None, help="Hub revision (hf:// only).")
+@click.option("--s3-endpoint", default=None, help="S3 endpoint URL (default: AWS for the region).")
+@click.option("--s3-region", default="us-east-1", show_default=True, help="Region the S3 requests are signed for.")
+@click.option("--termination-log", default="/dev/termination-log", show_default=True,
+              help="Where the summary is written for the pod's status (skipped when not writable).")
+def fetch_command(source: str, dest: str, revision: str | None, s3_endpoint: str | None, s3_region: str,
+                  termination_log: str) -> None:
+    """Download a model into DEST once, resuming, checking sizes and hashes; mark it complete last.
+
+    Credentials come from the environment: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (S3), HF_TOKEN and
+    HF_ENDPOINT (the Hub). Progress: JSON lines on stdout."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from llm_autopilot.api.sources import HubSource, S3Source, SourceError, parse_source  # noqa: PLC0415
+    from llm_autopilot.storage import fetch  # noqa: PLC0415
+    from llm_autopilot.storage.s3 import S3Client, default_endpoint  # noqa: PLC0415
+    from llm_autopilot.storage.sigv4 import Credentials  # noqa: PLC0415
+
+    try:
+        where = parse_source(source)
+    except SourceError as exc:
+        raise click.BadParameter(str(exc), param_hint="--source") from exc
+    printer = fetch.ProgressPrinter(click.echo)
+    folder = Path(dest)
+    if isinstance(where, S3Source):
+        key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+        credentials = Credentials(key, secret, os.environ.get("AWS_SESSION_TOKEN")) if key and secret else None
+        with S3Client(s3_endpoint or default_endpoint(s3_region), s3_region, credentials) as client:
+            summary = fetch.fetch_s3(client, where, folder, progress=printer)
+    elif isinstance(where, HubSource):
+        token, endpoint = os.environ.get("HF_TOKEN") or None, os.environ.get("HF_ENDPOINT") or None
+        wanted = fetch.hub_wanted(where.repo, revision, token=token, endpoint=endpoint)
+        summary = fetch.fill(folder, wanted, fetch.hub_stream(where.repo, revision, token=token, endpoint=endpoint),
+                             describe=lambda w: f"{where.repo}/{w.path}", progress=printer)
+    else:
+        raise click.BadParameter("a pvc:// source is already on a volume: nothing to fetch", param_hint="--source")
+    click.echo(summary.as_json())
+    with contextlib.suppress(OSError):  # not in a pod
+        Path(termination_log).write_text(summary.as_json())
 
 
 @cli.command()

@@ -16,10 +16,11 @@ from pydantic import ValidationError
 from llm_autopilot.api import convert
 from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.kubernetes_rules import object_name_problem
+from llm_autopilot.api.sources import PVCSource, S3Source, Source
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import UnknownGPUError, find_gpu
 from llm_autopilot.domain.gpu import GPUSpec
-from llm_autopilot.hub.resolve import ModelResolutionError, resolve_offline
+from llm_autopilot.hub.resolve import ModelResolutionError, pvc_needs_architecture, resolve_offline
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.pools import replicas_that_fit
 from llm_autopilot.planner.search import plan
@@ -67,16 +68,19 @@ def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | 
         warnings.append("spec.gpu.memoryGiB names no GPU product, so the pods may land on any node with "
                         "nvidia.com/gpu; set spec.gpu.nodeSelector to pin them to the GPUs you described")
     override = spec.model.architecture
+    where = spec.model.location
     try:
-        model = resolve_offline(spec.model.name, revision=spec.model.revision,
+        model = resolve_offline(spec.model.hub_repo or spec.model.name, revision=spec.model.revision,
                                 override=override.as_hf_config() if override else None,
                                 override_checkpoint_bytes=override.weight_bytes if override else None,
-                                variants=convert.variants(spec))
+                                variants=convert.variants(spec), use_catalog=not isinstance(where, S3Source))
     except ModelResolutionError as exc:
         return Verdict(False, f"spec.model.architecture: {exc}")
+    if model is None and isinstance(where, PVCSource):
+        return Verdict(False, "spec.model.source: " + pvc_needs_architecture(
+            spec.model.name, where.uri, override.as_hf_config() if override else None))
     if model is None:
-        warnings.append(f"{spec.model.name} is not in the built-in catalog: its config is fetched and the plan "
-                        "checked when the operator reconciles it")
+        warnings.append(_fetched_later(spec.model.name, where))
         return Verdict(True, warnings=warnings)
     if gpu is None:
         warnings.append("spec.gpu.product is not set: the operator plans on the cluster's GPU nodes")
@@ -108,3 +112,11 @@ def _plan_notes(spec: LLMDeploymentSpec, result: Plan) -> list[str]:
         notes.append(f"each replica spans {result.config.nodes} nodes ({result.summary}, tensor parallel "
                      f"{result.config.tensor_parallel_size} within a node, one pipeline stage per node)")
     return notes
+
+
+def _fetched_later(name: str, where: Source) -> str:
+    if isinstance(where, S3Source):
+        return (f"{name}: its config.json and safetensors index are read from {where.uri} and the plan checked "
+                "when the operator reconciles it")
+    return (f"{name} is not in the built-in catalog: its config is fetched and the plan checked when the "
+            "operator reconciles it")

@@ -152,11 +152,24 @@ class Kube:
         result: list[dict[str, Any]] = self.api.sanitize_for_serialization(pods)["items"]
         return result
 
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """The pods a Job created (the model cache's download)."""
+        return self.pods(namespace, f"job-name={job}")
+
     def previous_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
         """The previous (terminated) container's log tail, through the API server; raises LogUnavailable."""
+        return self._log(namespace, pod, container, tail_lines=tail_lines, limit_bytes=limit_bytes, previous=True)
+
+    def current_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
+        """The running (or last) container's log tail (the cache download's progress); raises LogUnavailable."""
+        return self._log(namespace, pod, container, tail_lines=tail_lines, limit_bytes=limit_bytes, previous=False)
+
+    def _log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int,
+             previous: bool) -> str:
         try:
             response: Any = self.core.read_namespaced_pod_log(  # the raw urllib3 response: bytes, not JSON
-                pod, namespace, container=container, previous=True, tail_lines=tail_lines, limit_bytes=limit_bytes,
+                pod, namespace, container=container, previous=previous, tail_lines=tail_lines,
+                limit_bytes=limit_bytes,
                 _preload_content=False, _request_timeout=LOG_TIMEOUT)
             data: bytes = response.data
         except ApiException as exc:  # 403 without pods/log, 404/400 no previous container, 5xx kubelet gone

@@ -223,6 +223,13 @@ class WatchedCluster:
                           resource_version: str | None = None) -> None:
         self.kube.patch_llmd_status(namespace, name, status, resource_version=resource_version)
 
+    def current_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
+        return self.kube.current_log(namespace, pod, container, tail_lines=tail_lines, limit_bytes=limit_bytes)
+
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """The pods of a model cache's download Job: from the API server (the pod watch holds vLLM's only)."""
+        return self.kube.job_pods(namespace, job)
+
 
 def current_pods(pods: Iterable[Summary], plan_hash: str | None) -> list[str]:
     """Names of the pods that run the plan with ``plan_hash``."""

@@ -8,6 +8,7 @@ enters through ``resync``, which first asks whether anything the reconcile reads
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,9 +21,9 @@ from pydantic import ValidationError
 from llm_autopilot.api import convert
 from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
 from llm_autopilot.api.errors import validation_message
-from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, PlanStatus
+from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
-from llm_autopilot.controller import telemetry
+from llm_autopilot.controller import cache_step, telemetry
 from llm_autopilot.controller.gather import Gatherer, PodSource, Target
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings, SaturationRounds
@@ -37,9 +38,10 @@ from llm_autopilot.controller.quiet import (
     unsettled,
 )
 from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.controller.sources import resolve_spec_model
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.hub.client import HubClient, ModelFiles
-from llm_autopilot.hub.resolve import ModelResolutionError, resolve_model
+from llm_autopilot.hub.resolve import ArchitectureRequired, ModelResolutionError
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
 from llm_autopilot.remediation.decide import METRICS_AVAILABLE, Decision, Evidence, Probe, decide
@@ -47,7 +49,7 @@ from llm_autopilot.remediation.evidence import apply_overrides
 from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_floor
 from llm_autopilot.remediation.state import MAX_REPLICAS, Author, Limits, RemediationState, effective_replicas
 from llm_autopilot.remediation.text import clean_line
-from llm_autopilot.render import groups
+from llm_autopilot.render import cache, groups, model_volume, rollout
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.host_memory import host_memory
 from llm_autopilot.render.kubernetes import Owner, WorkloadInputs, label_selector, memory_limit_gib, plan_hash
@@ -59,6 +61,7 @@ __all__ = ["METRICS_AVAILABLE", "Outcome", "ready_condition", "reconcile", "resy
 
 logger = logging.getLogger(__name__)
 _MESSAGE_LIMIT = 500
+MODEL_CACHED = "ModelCached"
 
 
 class Cluster(PodSource, Protocol):
@@ -82,10 +85,17 @@ class Cluster(PodSource, Protocol):
         """None when the Secret or key does not exist; raises ApiException otherwise."""
         ...
 
+    def current_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
+        """The running container's log tail; raises LogUnavailable."""
+        ...
+
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]: ...
+
 
 #: failures that the same inputs always give again (a resync with the same inputs may stay quiet); the others
 #: depend on what the API server, the Hub or RBAC say next time
-_DETERMINISTIC_FAILURES = frozenset({"InvalidSpec", "UnknownGPU", "UnsupportedVLLMVersion", "Infeasible"})
+_DETERMINISTIC_FAILURES = frozenset({"InvalidSpec", "UnknownGPU", "UnsupportedVLLMVersion", "Infeasible",
+                                     "ArchitectureRequired"})
 
 
 @dataclass
@@ -172,21 +182,26 @@ class SecretUnreadable(RuntimeError):
     """The Hub token Secret exists (or may) but could not be read, e.g. 403 without `get secrets`."""
 
 
+def _secret(kube: Cluster, namespace: str, name: str, key: str, what: str) -> str:
+    """A Secret's value the operator needs itself (the Hub token, S3 keys); raises with what to do."""
+    try:
+        value = kube.secret_value(namespace, name, key)
+    except ApiException as exc:
+        hint = ("; grant the operator `get` on secrets (the chart: rbac.readSecrets=true)"
+                if exc.status == 403 else "")
+        raise SecretUnreadable(f"cannot read Secret {name!r} (key {key!r}) for {what} in namespace "
+                               f"{namespace}: {api_message(exc)}{hint}") from exc
+    if value is None:
+        raise ModelResolutionError(f"Secret {name!r} (key {key!r}) for {what} was not found in "
+                                   f"namespace {namespace}")
+    return value
+
+
 def _hub_token(spec: LLMDeploymentSpec, namespace: str, kube: Cluster) -> str | None:
     ref = spec.model.hub_token_secret_ref
     if ref is None:
         return None
-    try:
-        token = kube.secret_value(namespace, ref.name, ref.key)
-    except ApiException as exc:
-        hint = ("; grant the operator `get` on secrets (the chart: rbac.readSecrets=true)"
-                if exc.status == 403 else "")
-        raise SecretUnreadable(f"cannot read Secret {ref.name!r} (key {ref.key!r}) for the Hub token in namespace "
-                               f"{namespace}: {api_message(exc)}{hint}") from exc
-    if token is None:
-        raise ModelResolutionError(f"Secret {ref.name!r} (key {ref.key!r}) for the Hub token was not found in "
-                                   f"namespace {namespace}")
-    return token
+    return _secret(kube, namespace, ref.name, ref.key, "the Hub token")
 
 
 class LazyTokenHubClient(HubClient):
@@ -221,18 +236,17 @@ class Context:
         if pool is None:
             return self.node_memory_gib
         return self.pool_memory_gib.get(pool.gpu.name, 0.0)
+    #: the model cache's PVC (spec.model.cache) and whether its download is complete
+    cache_claim: str | None = None
+    cache_complete: bool = True
 
 
 def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: OperatorSettings) -> Context:
     """Resolve the model and the GPU pools the spec may use."""
-    override = spec.model.architecture
-    model = resolve_model(
-        spec.model.name, revision=spec.model.revision,
-        override=override.as_hf_config() if override else None,
-        override_checkpoint_bytes=override.weight_bytes if override else None,
-        variants=convert.variants(spec),
-        client=LazyTokenHubClient(lambda: _hub_token(spec, namespace, kube), timeout=settings.hub_timeout_seconds),
-    )
+    model = resolve_spec_model(
+        spec, hub=LazyTokenHubClient(lambda: _hub_token(spec, namespace, kube), timeout=settings.hub_timeout_seconds),
+        secret=lambda name, key, what: _secret(kube, namespace, name, key, what),
+        timeout=settings.hub_timeout_seconds)
     behaviour = behaviour_of(VLLMVersion.parse(spec.vllm.version or settings.default_vllm_version))
     wanted = spec.gpu.node_selector or {}
     nodes = kube.gpu_nodes()
@@ -301,8 +315,10 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     assert isinstance(choice.result, Plan) and choice.pool is not None
     plan, spec = choice.result, ctx.spec
     served_name = spec.model.served_model_name or spec.model.name.removeprefix("hf://")
-    args = render_vllm_args(plan, ServeOptions(served_model_name=served_name, revision=spec.model.revision,
-                                               extra_args=tuple(spec.vllm.extra_args)))
+    local = cache.model_path() if ctx.cache_claim else model_volume.model_path(spec)
+    args = render_vllm_args(plan, ServeOptions(served_model_name=served_name,
+                                               revision=None if local else spec.model.revision,
+                                               extra_args=tuple(spec.vllm.extra_args), model_path=local))
     version = str(plan.config.vllm.version)
     host = host_memory(plan, spec.vllm.extra_args).total_gib
     fit = replicas_that_fit(plan.config, choice.pool) if choice.pool.nodes else None
@@ -315,6 +331,8 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     inputs = WorkloadInputs(owner, spec, plan, tuple(args), spec.vllm.image or settings.default_image, products,
                             replicas=overrides.replicas, memory_limit_gib=overrides.memory_limit_gib,
                             host_memory_gib=host, prometheus_address=prometheus)
+    inputs = dataclasses.replace(inputs, surge=rollout.can_surge(plan.config, choice.pool, inputs.replica_count),
+                                 cache_claim=ctx.cache_claim, held=not ctx.cache_complete)
     workload = children(inputs, live or Live())
     return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape,
                     choice.pool)
@@ -402,6 +420,10 @@ class Reconciler:
         self.state: RemediationState | None = None
         self.repaired = False
         self.evidence: Evidence | None = None
+        #: the objects written (for the step's Event: does its rollout surge?)
+        self.final: Rendered | None = None
+        #: the model cache's download (spec.model.cache), when there is one
+        self.cache_status: CacheStatus | None = None
 
     def condition(self, type_: str, value: bool | None, reason: str, message: str) -> None:
         self.conditions = set_condition(self.conditions, type_, value, reason, message,
@@ -467,6 +489,8 @@ class Reconciler:
             return self.fail("UnsupportedVLLMVersion", str(exc))
         except SecretUnreadable as exc:
             return self.fail("SecretUnreadable", str(exc))
+        except ArchitectureRequired as exc:
+            return self.fail("ArchitectureRequired", str(exc))
         except ModelResolutionError as exc:
             return self.fail("ModelUnresolved", str(exc), retry=True)
         state = self.read_state(ctx)
@@ -484,8 +508,14 @@ class Reconciler:
                 "apiextensions.k8s.io/v1", "CustomResourceDefinition", KEDA_CRD, "") is None:
             refusal = ("NoKEDA", f"spec.autoscaling needs KEDA, whose ScaledObject CRD ({KEDA_CRD}) is not "
                                  "installed; install KEDA, or remove spec.autoscaling")
+        if refusal is None and not cache.enabled(ctx.spec):
+            refusal = model_volume.unserved_source(ctx.spec)
         if refusal is not None:
             return self.fail(*refusal)
+        cache_objects = self.observe_cache(ctx, choice.result)
+        if self.cache_status is not None:
+            ctx = dataclasses.replace(ctx, cache_claim=self.cache_status.claim_name,
+                                      cache_complete=self.cache_status.state == "Complete")
         live = read_live(self.kube, self.owner, choice.result.config.nodes > 1)
         current = render(ctx, choice, state.overrides, self.owner, self.settings, live)
         view = workload_view(self.kube, current)
@@ -498,7 +528,7 @@ class Reconciler:
                 recorded.append(True)
 
         try:
-            written = self.kube.apply_all(final.objects, before_write=record_first)
+            written = self.kube.apply_all(cache_objects + final.objects, before_write=record_first)
         except ApplyRejected as exc:
             if recorded:  # refused for real after the dry run (a race): the recorded step is applied next pass
                 self.state = self.origin
@@ -509,12 +539,37 @@ class Reconciler:
             return Outcome(retry=True, retry_reason="the LLMDeployment changed while it was reconciled; retrying",
                            retry_delay=1.0)
         self.out.writes += written
+        self.final = final
         self.record(decision)
         if written:
             view = workload_view(self.kube, final)
         self.report_plan(final, ctx, view)
         self.note_inputs(ctx, final)
+        self.report_cache()
         return self.finish()
+
+    def observe_cache(self, ctx: Context, plan: Plan) -> list[dict[str, Any]]:
+        """The cache's objects still to create, and its status (spec.model.cache); nothing without a cache."""
+        if not cache.enabled(ctx.spec):
+            return []
+        inputs = cache.CacheInputs(ctx.spec, self.owner.namespace, self.settings.operator_image,
+                                   rollout.checkpoint_bytes(plan.config), hub_endpoint=self.settings.hub_endpoint)
+        objects, self.cache_status = cache_step.observe(self.kube, inputs)
+        return objects
+
+    def report_cache(self) -> None:
+        status = self.cache_status
+        if status is None:
+            return
+        value = status.model_dump(by_alias=True, exclude_none=True)
+        if _changed(self.status, "cache", value):
+            self.out.status["cache"] = value
+        before = self.conditions
+        self.condition(MODEL_CACHED, *cache_step.condition(status))
+        if status.state == "Failed" and before != self.conditions:
+            self.event("Warning", "CacheFailed", status.message)
+        if status.state != "Complete":
+            self.out.settled = False  # the next resync reads the download's progress again
 
     def note_inputs(self, ctx: Context, final: Rendered) -> None:
         """For the quiet resync: whether this reconcile settled, until when, on which plan's pods."""
@@ -565,13 +620,22 @@ class Reconciler:
         self.out.writes += 1
         self.origin, self.repaired = state, False  # written: finish() need not write it again
 
+    def outage(self, decision: Decision, reason: str) -> str:
+        """What a step's rollout costs, added to its Event when it cannot surge onto a free GPU."""
+        final = self.final
+        if reason != "Remediated" or not decision.changed or final is None or final.inputs.surge:
+            return ""
+        if final.shape is not Shape.DEPLOYMENT:
+            return "; pods across nodes are replaced group by group, so capacity drops during the rollout"
+        return rollout.outage_note(final.inputs.replica_count)
+
     def record(self, decision: Decision) -> None:
         """The decision's state, conditions, events and counters, once its objects are written."""
         self.state = decision.state
         for c in decision.conditions:
             self.condition(c.type, c.status, c.reason, c.message)
         for note in decision.events:
-            self.event(note.type, note.reason, note.message)
+            self.event(note.type, note.reason, note.message + self.outage(decision, note.reason))
         for signal, kind in decision.counts:
             telemetry.REMEDIATION_STEPS.labels(signal, kind).inc()
 

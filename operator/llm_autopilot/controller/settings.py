@@ -81,6 +81,10 @@ class OperatorSettings:
     metrics_addr: str = "127.0.0.1"
     #: Hub look-ups for models outside the catalog
     hub_timeout_seconds: float = 10.0
+    #: the operator's own image: the model cache's download Job runs `llm-autopilot fetch` in it
+    operator_image: str = "ghcr.io/llm-autopilot/llm-autopilot:latest"
+    #: a Hub mirror the download Job uses (the operator's own HF_ENDPOINT)
+    hub_endpoint: str | None = None
     #: Kopf peering: how long a replica's keep-alive counts (refreshed 5-10 s before it expires), so how soon
     #: a standby takes over from a replica that died without saying goodbye (SIGKILL, node loss)
     peering_lifetime_seconds: int = 60
@@ -126,6 +130,8 @@ class OperatorSettings:
             metrics_port=int(e["LLM_AUTOPILOT_METRICS_PORT"]) if e.get("LLM_AUTOPILOT_METRICS_PORT") else None,
             metrics_addr=e.get("LLM_AUTOPILOT_METRICS_ADDR", defaults.metrics_addr),
             hub_timeout_seconds=float(e.get("LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS", defaults.hub_timeout_seconds)),
+            operator_image=e.get("LLM_AUTOPILOT_OPERATOR_IMAGE") or defaults.operator_image,
+            hub_endpoint=e.get("HF_ENDPOINT") or None,
             peering_lifetime_seconds=int(e.get("LLM_AUTOPILOT_PEERING_LIFETIME_SECONDS",
                                                defaults.peering_lifetime_seconds)),
         )

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from llm_autopilot.catalog.hf_config import ModelConfigError, parse_hf_config
 from llm_autopilot.catalog.models import find_catalog_entry, find_catalog_model
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.precision import WeightFormat
-from llm_autopilot.hub.client import HubClient, ModelFetchError
+from llm_autopilot.hub.client import HubClient, ModelFetchError, ModelFiles
+
+
+class ModelReader(Protocol):
+    """Reads config.json and the checkpoint size of a model: the Hub (HubClient) or an S3 prefix."""
+
+    def fetch(self, repo_id: str, revision: str | None = None) -> ModelFiles: ...
 
 #: Fields without which an override alone describes a model.
 _REQUIRED_FOR_OVERRIDE_ONLY = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
@@ -46,12 +52,14 @@ def resolve_offline(
     override: Mapping[str, Any] | None = None,
     override_checkpoint_bytes: int | None = None,
     variants: Mapping[WeightFormat, str] | None = None,
+    use_catalog: bool = True,
 ) -> ModelArchitecture | None:
     """The architecture without the Hub: the catalog's config with the override merged on top, or an override
-    complete enough on its own; None when the Hub is needed. Admission and reconcile both start here."""
+    complete enough on its own; None when the Hub is needed. Admission and reconcile both start here.
+    ``use_catalog=False`` for an s3:// source, whose own config.json is read instead of the catalog's."""
     model_id = hub_id(name)
     override = dict(override or {})
-    entry = find_catalog_entry(model_id) if revision is None else None
+    entry = find_catalog_entry(model_id) if revision is None and use_catalog else None
     if entry is not None:
         if not override:
             catalog = find_catalog_model(model_id)
@@ -77,11 +85,14 @@ def resolve_model(
     override: Mapping[str, Any] | None = None,
     override_checkpoint_bytes: int | None = None,
     variants: Mapping[WeightFormat, str] | None = None,
-    client: HubClient | None = None,
+    client: ModelReader | None = None,
+    use_catalog: bool = True,
 ) -> ModelArchitecture:
-    """The architecture of ``name``: offline when the catalog or the override says enough, else from the Hub."""
+    """The architecture of ``name``: offline when the catalog or the override says enough, else from the Hub
+    (or ``client``: an S3 prefix)."""
     offline = resolve_offline(name, revision=revision, override=override,
-                              override_checkpoint_bytes=override_checkpoint_bytes, variants=variants)
+                              override_checkpoint_bytes=override_checkpoint_bytes, variants=variants,
+                              use_catalog=use_catalog)
     if offline is not None:
         return offline
     model_id = hub_id(name)
@@ -96,3 +107,16 @@ def resolve_model(
         ) from exc
     return _parsed({**files.config, **override}, model_id, override_checkpoint_bytes or files.checkpoint_bytes,
                    variants)
+
+
+class ArchitectureRequired(ModelResolutionError):
+    """The source cannot be read by the operator and nothing else describes the model (the same every time)."""
+
+
+def pvc_needs_architecture(name: str, source: str, override: Mapping[str, Any] | None) -> str:
+    """Why a pvc:// model cannot be planned: the operator does not mount volumes, so it cannot read config.json
+    there; the catalog (by ``name``) or a complete spec.model.architecture must describe it."""
+    missing = [k for k in _REQUIRED_FOR_OVERRIDE_ONLY if k not in (override or {})]
+    return (f"{source}: the operator cannot read config.json from a volume, and {name} is not in the built-in "
+            f"catalog; describe the model in spec.model.architecture (missing: {', '.join(missing)}; add "
+            "weightBytes for the checkpoint size), or name a catalog model in spec.model.name")

@@ -81,8 +81,8 @@ def leader_selector(owner: Owner, *, leader_worker_set: bool) -> dict[str, str]:
     return {**selector(owner), (LWS_WORKER_INDEX_LABEL if leader_worker_set else POD_INDEX_LABEL): "0"}
 
 
-def _exec_probes() -> dict[str, Any]:
-    http = http_probes()
+def _exec_probes(startup_seconds: int) -> dict[str, Any]:
+    http = http_probes(startup_seconds)
     command = {"exec": {"command": ["/bin/sh", "-c", PROBE_SCRIPT]}}
     return {kind: {**command, **{k: v for k, v in probe.items() if k != "httpGet"}} for kind, probe in http.items()}
 
@@ -116,7 +116,8 @@ def statefulset(inputs: WorkloadInputs, index: int, *, replicas: int | None = No
     rank = {"fieldRef": {"fieldPath": f"metadata.labels['{POD_INDEX_LABEL}']"}}
     env: list[dict[str, Any]] = [{"name": NODE_RANK_ENV, "valueFrom": rank}, {"name": LEADER_ENV, "value": leader}]
     vllm = container(inputs, command=["/bin/sh", "-c", SERVE_SCRIPT, "vllm-serve"],
-                     args=multinode_args(inputs.args, c.nodes, leader), probes=_exec_probes(), env=env)
+                     args=multinode_args(inputs.args, c.nodes, leader), probes=_exec_probes(inputs.startup_seconds),
+                     env=env)
     pod_labels = {**labels(owner), GROUP_LABEL: str(index)}
     return with_hash({
         "apiVersion": "apps/v1",
@@ -140,7 +141,8 @@ def leader_worker_set(inputs: WorkloadInputs, *, replicas: int | None = None) ->
     owner, c = inputs.owner, inputs.plan.config
     master = "$(LWS_LEADER_ADDRESS)"
     args = multinode_args(inputs.args, c.nodes, master)
-    leader = container(inputs, command=["vllm", "serve"], args=[*args, "--node-rank", "0"], probes=http_probes())
+    leader = container(inputs, command=["vllm", "serve"], args=[*args, "--node-rank", "0"],
+                       probes=http_probes(inputs.startup_seconds))
     worker = container(inputs, command=["vllm", "serve"],
                        args=[*args, "--node-rank", "$(LWS_WORKER_INDEX)", "--headless"], probes={})
     annotations = {PLAN_HASH: plan_hash(inputs)}

@@ -19,6 +19,8 @@ from llm_autopilot.api.kubernetes_rules import parse_quantity
 from llm_autopilot.api.v1alpha1 import HUB_TOKEN_ENV, LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
 from llm_autopilot.planner.plan import Plan
+from llm_autopilot.render import cache, model_volume, rollout
+from llm_autopilot.render.model_volume import downloads
 from llm_autopilot.render.vllm_args import VLLM_PORT
 
 INPUT_HASH = f"{GROUP}/input-hash"
@@ -27,9 +29,8 @@ OWNER_LABEL = f"{GROUP}/deployment"
 GPU_RESOURCE = "nvidia.com/gpu"
 MANAGER = "llm-autopilot"
 CONTAINER = "vllm"
-#: Model loading can take many minutes (70B+ from the Hub): allow 30 minutes before liveness counts.
-STARTUP_SECONDS = 1800
-_STARTUP_PERIOD = 10
+#: The startup probe's period; its length comes from the weights' bytes (render/rollout.py).
+_STARTUP_PERIOD = rollout.STARTUP_PERIOD_SECONDS
 
 # Pod security: the pods meet the "restricted" Pod Security Standard. The upstream vllm/vllm-openai image runs
 # as root with its caches under /root; as a non-root user it needs a writable HOME (Hugging Face, vLLM, Triton,
@@ -72,6 +73,18 @@ class WorkloadInputs:
     host_memory_gib: float = 0.0
     #: Prometheus KEDA queries (spec.autoscaling.prometheusAddress, else the operator's)
     prometheus_address: str | None = None
+    #: the pool holds one more replica: roll out by surging (render/rollout.py)
+    surge: bool = False
+    #: the model cache's PVC the pods load from (spec.model.cache), and whether its download is still incomplete
+    #: (then the Deployment holds at 0 replicas: no pod starts on a partial cache)
+    cache_claim: str | None = None
+    held: bool = False
+
+    @property
+    def startup_seconds(self) -> int:
+        """The startup probe's length: the weights' load (and download, when the pod fetches them)."""
+        return rollout.startup_seconds(self.plan.config,
+                                       downloads=self.cache_claim is None and downloads(self.spec))
 
     @property
     def replica_count(self) -> int:
@@ -227,14 +240,16 @@ def container(inputs: WorkloadInputs, *, command: list[str], args: list[str], pr
         "env": [*_env(inputs), *_home_env(inputs), *env],
         "resources": container_resources(inputs),
         "securityContext": _container_security_context(),
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME_DIR}],
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME_DIR},
+                         *model_volume.mounts(inputs.spec),
+                         *([cache.pod_mount()] if inputs.cache_claim else [])],
         **probes,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 
-def http_probes() -> dict[str, Any]:
-    return {"startupProbe": _probe("/health", _STARTUP_PERIOD, STARTUP_SECONDS // _STARTUP_PERIOD),
+def http_probes(startup_seconds: int) -> dict[str, Any]:
+    return {"startupProbe": _probe("/health", _STARTUP_PERIOD, rollout.startup_probe_failures(startup_seconds)),
             "readinessProbe": _probe("/health", 5, 3), "livenessProbe": _probe("/health", 10, 3)}
 
 
@@ -246,12 +261,15 @@ def pod_spec(inputs: WorkloadInputs, vllm: dict[str, Any]) -> dict[str, Any]:
         "containers": [vllm],
         # NCCL and vLLM's workers exchange tensors through shared memory; the home holds the downloaded model
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _gib(max(2, 2 * gpus))}},
-                    {"name": "home", "emptyDir": {}}],
+                    {"name": "home", "emptyDir": {}}, *model_volume.volumes(spec),
+                    *([cache.pod_volume(inputs.cache_claim)] if inputs.cache_claim else [])],
         "terminationGracePeriodSeconds": 60,
         # vLLM never calls the Kubernetes API: the model code it runs gets no ServiceAccount token
         "automountServiceAccountToken": False,
         "securityContext": _pod_security_context(),
     }
+    if inputs.cache_claim:  # the pod goes no further on a cache without its completion marker
+        pod["initContainers"] = [cache.marker_check(inputs.image)]
     if spec.gpu.node_selector:
         pod["nodeSelector"] = dict(spec.gpu.node_selector)
     if spec.gpu.tolerations:
@@ -282,16 +300,17 @@ def with_hash(obj: dict[str, Any]) -> dict[str, Any]:
 
 def deployment(inputs: WorkloadInputs, *, replicas: int | None = None) -> dict[str, Any]:
     owner = inputs.owner
-    vllm = container(inputs, command=["vllm", "serve"], args=list(inputs.args), probes=http_probes())
+    vllm = container(inputs, command=["vllm", "serve"], args=list(inputs.args),
+                     probes=http_probes(inputs.startup_seconds))
     obj = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _metadata(owner),
         "spec": {
-            "replicas": inputs.replica_count if replicas is None else replicas,
+            "replicas": 0 if inputs.held else inputs.replica_count if replicas is None else replicas,
             "selector": {"matchLabels": selector(owner)},
-            # GPUs are scarce: replace pods one at a time instead of surging onto GPUs that may not exist
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            # surge onto a free GPU when the pool has one, else replace pods one at a time (render/rollout.py)
+            "strategy": rollout.strategy(inputs.surge),
             "template": {
                 "metadata": {"labels": labels(owner), "annotations": {PLAN_HASH: plan_hash(inputs)}},
                 "spec": pod_spec(inputs, vllm),

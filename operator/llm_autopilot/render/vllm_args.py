@@ -33,6 +33,8 @@ class ServeOptions:
     revision: str | None = None
     extra_args: tuple[str, ...] = ()
     port: int = VLLM_PORT
+    #: a local folder to load instead of the plan's Hub id (a pvc:// source or the model cache)
+    model_path: str | None = None
 
     def __post_init__(self) -> None:
         problems = [f"extraArgs[{i}]: {p}" for i, a in enumerate(self.extra_args)
@@ -44,7 +46,7 @@ class ServeOptions:
 def render_vllm_args(plan: Plan, options: ServeOptions = ServeOptions()) -> list[str]:
     """Arguments after ``vllm serve``: the model first, then one flag per planned setting."""
     c = plan.config
-    args = [plan.served_model_id]
+    args = [options.model_path or plan.served_model_id]
     if options.served_model_name:
         args += ["--served-model-name", options.served_model_name]
     if options.revision:

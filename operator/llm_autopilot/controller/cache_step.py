@@ -1,0 +1,84 @@
+"""The model cache in a reconcile: create the PVC and the download Job once, read how far the download is.
+
+The PVC and the Job are applied only while they do not exist: a Job's pod template and most of a PVC's spec
+are immutable, and a shared cache is never changed under the LLMDeployments that use it. Progress comes from
+the Job's status and its pod (the last progress line of its log, the summary in its termination message),
+which the operator may read already (pods list, pods/log get).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
+from llm_autopilot.controller.kube import LogUnavailable
+from llm_autopilot.render import cache
+from llm_autopilot.render.kubernetes import with_hash
+
+_LOG_LINES = 20
+_LOG_BYTES = 16 * 1024
+
+
+class CacheCluster(Protocol):
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None: ...
+
+    def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]: ...
+
+    def current_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
+        ...
+
+
+def _termination_message(pod: dict[str, Any]) -> str:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in ((status.get("state") or {}).get("terminated"), (status.get("lastState") or {}).get("terminated")):
+            if state and state.get("message"):
+                return str(state["message"])
+    return ""
+
+
+def observe(kube: CacheCluster, inputs: cache.CacheInputs) -> tuple[list[dict[str, Any]], CacheStatus]:
+    """The cache objects to create (those missing) and the download's status."""
+    namespace, claim = inputs.namespace, inputs.claim
+    job = cache.job(inputs)
+    job_name = job["metadata"]["name"]
+    objects: list[dict[str, Any]] = []
+    pvc = cache.pvc(inputs)
+    if kube.get("v1", "PersistentVolumeClaim", claim, namespace) is None:
+        if pvc is None:  # spec.model.cache.existingClaim
+            return [], CacheStatus(claim_name=claim, state="Failed",
+                                   message=f"PersistentVolumeClaim {claim!r} (spec.model.cache.existingClaim) does not "
+                                           f"exist in namespace {namespace}")
+        objects.append(with_hash(pvc))
+    live = kube.get("batch/v1", "Job", job_name, namespace)
+    if live is None:
+        objects.append(with_hash(job))
+        return objects, CacheStatus(claim_name=claim, state="Pending")
+    log = message = ""
+    if not int((live.get("status") or {}).get("succeeded") or 0):
+        pods = sorted(kube.job_pods(namespace, job_name),
+                      key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+        if pods:
+            newest = pods[-1]
+            message = _termination_message(newest)
+            try:
+                log = kube.current_log(namespace, str(newest["metadata"]["name"]), "fetch",
+                                       tail_lines=_LOG_LINES, limit_bytes=_LOG_BYTES)
+            except LogUnavailable:
+                log = ""
+    return objects, cache.cache_status(claim, live, log, message)
+
+
+def condition(status: CacheStatus) -> tuple[bool, str, str]:
+    """ModelCached: (status, reason, message)."""
+    if status.state == "Complete":
+        return True, "Cached", f"{status.total_bytes or status.bytes} bytes in PVC {status.claim_name}"
+    if status.state == "Failed":
+        return False, "CacheFailed", status.message or f"the download into PVC {status.claim_name} failed"
+    if status.state == "Downloading":
+        shown = f"{status.percent}%" if status.percent is not None else f"{status.bytes} bytes"
+        return False, "Downloading", f"{shown} into PVC {status.claim_name}; no vLLM pod starts before it completes"
+    return False, "Pending", f"waiting for the download Job of PVC {status.claim_name} to start"
+
+
+def enabled(spec: LLMDeploymentSpec) -> bool:
+    return cache.enabled(spec)

@@ -1,0 +1,73 @@
+"""Resolve the spec's model from where its files are: the Hub, an S3 prefix, or a volume (catalog/override only).
+
+The Hub and S3 are read only when the catalog and the inline override do not describe the model; the S3
+credentials Secret is read only then, too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from llm_autopilot.api import convert
+from llm_autopilot.api.sources import HubSource, PVCSource, S3Source
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, S3Options
+from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.hub.client import ModelFiles
+from llm_autopilot.hub.resolve import (
+    ArchitectureRequired,
+    ModelReader,
+    pvc_needs_architecture,
+    resolve_model,
+    resolve_offline,
+)
+from llm_autopilot.storage.s3 import S3Client, default_endpoint, read_model_files
+from llm_autopilot.storage.sigv4 import Credentials
+
+#: (secret name, key, what it is for) -> the value; raises when the Secret cannot be read
+SecretReader = Callable[[str, str, str], str]
+
+
+def s3_credentials(options: S3Options | None, secret: SecretReader) -> Credentials | None:
+    ref = options.credentials_secret_ref if options else None
+    if ref is None:
+        return None
+    return Credentials(secret(ref.name, ref.access_key_id_key, "the S3 access key id"),
+                       secret(ref.name, ref.secret_access_key_key, "the S3 secret access key"))
+
+
+def s3_client(options: S3Options | None, secret: SecretReader, *, timeout: float) -> S3Client:
+    region = options.region if options else "us-east-1"
+    endpoint = (options.endpoint if options else None) or default_endpoint(region)
+    return S3Client(endpoint, region, s3_credentials(options, secret), timeout=timeout)
+
+
+class S3ModelReader:
+    """Reads the model files under an s3:// prefix; the client (and its Secret) only when called."""
+
+    def __init__(self, source: S3Source, client: Callable[[], S3Client]) -> None:
+        self._source = source
+        self._client = client
+
+    def fetch(self, repo_id: str, revision: str | None = None) -> ModelFiles:
+        with self._client() as client:
+            return read_model_files(client, self._source)
+
+
+def resolve_spec_model(spec: LLMDeploymentSpec, *, hub: ModelReader, secret: SecretReader,
+                       timeout: float) -> ModelArchitecture:
+    """The architecture of the spec's model, read from its source."""
+    model = spec.model
+    override = model.architecture.as_hf_config() if model.architecture else None
+    weight_bytes = model.architecture.weight_bytes if model.architecture else None
+    where = model.location
+    if isinstance(where, HubSource):
+        return resolve_model(where.repo, revision=model.revision, override=override,
+                             override_checkpoint_bytes=weight_bytes, variants=convert.variants(spec), client=hub)
+    if isinstance(where, PVCSource):
+        found = resolve_offline(model.name, override=override, override_checkpoint_bytes=weight_bytes)
+        if found is None:
+            raise ArchitectureRequired(pvc_needs_architecture(model.name, where.uri, override))
+        return found
+    reader = S3ModelReader(where, lambda: s3_client(model.s3, secret, timeout=timeout))
+    return resolve_model(model.name, override=override, override_checkpoint_bytes=weight_bytes, client=reader,
+                         use_catalog=False)

@@ -1,0 +1,212 @@
+"""The model cache (spec.model.cache): a PVC, the Job that fills it, and how the vLLM pods load it. Pure.
+
+One PVC per (namespace, source, revision), named by a hash of the three, so every LLMDeployment and every
+remediation step of that model and revision shares it: a step changes vLLM's flags, never the weights. The PVC
+and its Job carry no owner: the cache outlives any one LLMDeployment (as NIM's NIMCache does) and is removed
+with ``kubectl delete pvc,job -l llm-autopilot.io/cache=<name>``.
+
+The Job runs ``llm-autopilot fetch`` in the operator's image, with no ServiceAccount token; the vLLM pods mount
+the PVC read-only and start only on a complete folder: an init container checks the completion marker that
+fetch writes last, after every size and hash check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from llm_autopilot.api import GROUP
+from llm_autopilot.api.sources import HubSource, S3Source
+from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, ModelCache
+
+CACHE_LABEL = f"{GROUP}/cache"
+CACHE_MOUNT = "/model-cache"
+#: where fetch fills the model inside the PVC (a folder, so the PVC's lost+found is not in the way)
+CACHE_FOLDER = "model"
+MARKER = ".llm-autopilot-complete"  # storage/fetch.py writes it (a shell module: the name is repeated there)
+VOLUME = "model-cache"
+#: the cache's headroom over the checkpoint: 10 % and 1 GiB (filesystem overhead, tokenizer and config files)
+SIZE_MARGIN = 0.10
+SIZE_EXTRA_BYTES = 2**30
+FETCH_BACKOFF_LIMIT = 6
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+def cache_key(namespace: str, source: str, revision: str | None) -> str:
+    return hashlib.sha256(f"{namespace}\0{source}\0{revision or 'main'}".encode()).hexdigest()[:12]
+
+
+def claim_name(spec: LLMDeploymentSpec, namespace: str) -> str:
+    """The cache PVC: the existing claim, else ``llm-cache-<model>-<hash>`` (at most 63 characters)."""
+    cache = spec.model.cache
+    if cache is not None and cache.existing_claim:
+        return cache.existing_claim
+    where = spec.model.location
+    slug = _SLUG.sub("-", where.uri.split("://", 1)[1].lower()).strip("-")[:32].strip("-")
+    return f"llm-cache-{slug}-{cache_key(namespace, where.uri, spec.model.revision)}"
+
+
+def enabled(spec: LLMDeploymentSpec) -> bool:
+    cache = spec.model.cache
+    return cache is not None and cache.enabled
+
+
+def size_bytes(cache: ModelCache, checkpoint_bytes: int) -> int | str:
+    """The PVC's request: the spec's size, else the checkpoint plus the margin, in whole GiB."""
+    if cache.size is not None:
+        return cache.size
+    return math.ceil((checkpoint_bytes * (1 + SIZE_MARGIN) + SIZE_EXTRA_BYTES) / 2**30) * 2**30
+
+
+@dataclass(frozen=True)
+class CacheInputs:
+    spec: LLMDeploymentSpec
+    namespace: str
+    #: the operator's own image (the Job runs ``llm-autopilot fetch``)
+    image: str
+    checkpoint_bytes: int
+    #: a Hub mirror for the Job (the operator's HF_ENDPOINT)
+    hub_endpoint: str | None = None
+
+    @property
+    def claim(self) -> str:
+        return claim_name(self.spec, self.namespace)
+
+    @property
+    def cache(self) -> ModelCache:
+        assert self.spec.model.cache is not None
+        return self.spec.model.cache
+
+
+def _labels(claim: str) -> dict[str, str]:
+    return {"app.kubernetes.io/managed-by": "llm-autopilot", "app.kubernetes.io/component": "model-cache",
+            CACHE_LABEL: claim}
+
+
+def pvc(inputs: CacheInputs) -> dict[str, Any] | None:
+    """The cache PVC, or None for an existing claim (the user's)."""
+    if inputs.cache.existing_claim:
+        return None
+    spec: dict[str, Any] = {"accessModes": [inputs.cache.access_mode],
+                            "resources": {"requests": {"storage": size_bytes(inputs.cache, inputs.checkpoint_bytes)}}}
+    if inputs.cache.storage_class_name:
+        spec["storageClassName"] = inputs.cache.storage_class_name
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": inputs.claim, "namespace": inputs.namespace, "labels": _labels(inputs.claim),
+                         "annotations": {f"{GROUP}/source": inputs.spec.model.location.uri}},
+            "spec": spec}
+
+
+def _fetch_env(spec: LLMDeploymentSpec) -> list[dict[str, Any]]:
+    model = spec.model
+    if isinstance(model.location, S3Source) and model.s3 and model.s3.credentials_secret_ref:
+        ref = model.s3.credentials_secret_ref
+        return [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": ref.name,
+                                                                             "key": ref.access_key_id_key}}},
+                {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {
+                    "name": ref.name, "key": ref.secret_access_key_key}}}]
+    if isinstance(model.location, HubSource) and model.hub_token_secret_ref:
+        ref_ = model.hub_token_secret_ref
+        return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref_.name, "key": ref_.key}}}]
+    return []
+
+
+def fetch_args(spec: LLMDeploymentSpec) -> list[str]:
+    model = spec.model
+    args = ["fetch", "--source", model.location.uri, "--dest", f"{CACHE_MOUNT}/{CACHE_FOLDER}"]
+    if model.revision:
+        args += ["--revision", model.revision]
+    if isinstance(model.location, S3Source) and model.s3 is not None:
+        if model.s3.endpoint:
+            args += ["--s3-endpoint", model.s3.endpoint]
+        args += ["--s3-region", model.s3.region]
+    return args
+
+
+def job(inputs: CacheInputs) -> dict[str, Any]:
+    """The download Job: resumes on a retry (the partial files are on the PVC), checks, marks complete."""
+    claim = inputs.claim
+    container = {
+        "name": "fetch", "image": inputs.image, "command": ["llm-autopilot"], "args": fetch_args(inputs.spec),
+        "env": _fetch_env(inputs.spec) + ([{"name": "HF_ENDPOINT", "value": inputs.hub_endpoint}]
+                                          if inputs.hub_endpoint and inputs.spec.model.hub_repo else []),
+        "volumeMounts": [{"name": VOLUME, "mountPath": CACHE_MOUNT}],
+        "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": f"{claim}-fetch"[:63].rstrip("-"), "namespace": inputs.namespace,
+                         "labels": _labels(claim)},
+            "spec": {"backoffLimit": FETCH_BACKOFF_LIMIT, "template": {
+                "metadata": {"labels": _labels(claim)},
+                "spec": {"restartPolicy": "OnFailure", "automountServiceAccountToken": False,
+                         "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                                             "fsGroup": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
+                         "containers": [container],
+                         "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim}}]}}}}
+
+
+def model_path() -> str:
+    """The folder vLLM loads from the cache."""
+    return f"{CACHE_MOUNT}/{CACHE_FOLDER}"
+
+
+def pod_volume(claim: str) -> dict[str, Any]:
+    return {"name": VOLUME, "persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
+
+
+def pod_mount() -> dict[str, Any]:
+    return {"name": VOLUME, "mountPath": CACHE_MOUNT, "readOnly": True}
+
+
+def marker_check(image: str) -> dict[str, Any]:
+    """An init container in the vLLM image: the pod goes no further than this on a partial cache."""
+    marker = f"{CACHE_MOUNT}/{CACHE_FOLDER}/{MARKER}"
+    return {"name": "cache-complete", "image": image, "command": ["/bin/sh", "-c",
+            f"test -f {marker} || {{ echo 'the model cache is not complete ({marker} is missing)' >&2; exit 1; }}"],
+            "volumeMounts": [pod_mount()],
+            "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}
+
+
+# --- the download's progress, read from the Job and its pod --------------------------------------------
+
+
+def _last_json(text: str, kind: str) -> dict[str, Any] | None:
+    for raw in reversed(text.splitlines()):
+        line = raw.strip()
+        if line.startswith("{") and f'"fetch": "{kind}"' in line:
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                return value
+    return None
+
+
+def cache_status(claim: str, job_obj: dict[str, Any] | None, log_tail: str = "",
+                 termination_message: str = "") -> CacheStatus:
+    """What the Job and its pod say: Complete (the Job succeeded), Failed (out of retries), Downloading (its
+    latest progress line), else Pending."""
+    status = (job_obj or {}).get("status") or {}
+    done = _last_json(termination_message, "complete") or _last_json(log_tail, "complete")
+    if int(status.get("succeeded") or 0) > 0:
+        total = int((done or {}).get("bytes") or 0) or None
+        return CacheStatus(claim_name=claim, state="Complete", bytes=total or 0, total_bytes=total, percent=100.0)
+    failed = any(c.get("type") == "Failed" and c.get("status") == "True" for c in status.get("conditions") or [])
+    progress = _last_json(log_tail, "progress")
+    seen = int((progress or {}).get("bytes") or 0)
+    total = int((progress or {}).get("total") or 0) or None
+    percent = round(min(100.0, 100 * seen / total), 1) if total else None
+    if failed:
+        reason = next((c.get("message", "") for c in status.get("conditions") or [] if c.get("type") == "Failed"), "")
+        error = next((line.strip() for line in reversed(log_tail.splitlines()) if line.startswith("error:")), "")
+        return CacheStatus(claim_name=claim, state="Failed", bytes=seen, total_bytes=total, percent=percent,
+                           message=(error or reason)[:500])
+    state = "Downloading" if progress is not None or int(status.get("active") or 0) else "Pending"
+    return CacheStatus(claim_name=claim, state=state, bytes=seen, total_bytes=total, percent=percent)

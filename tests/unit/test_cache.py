@@ -1,0 +1,244 @@
+"""The model cache's objects (render/cache.py): one PVC per model and revision, the Job that fills it, and pods
+that start only on a complete folder."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from llm_autopilot.api.kubernetes_rules import subdomain_problem
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.cli.main import fetch_command
+from llm_autopilot.render import cache
+from llm_autopilot.render.rollout import startup_seconds
+from llm_autopilot.storage import fetch
+from tests.unit.fakes import FakeCluster, Run
+
+S3 = {"name": "acme/tiny", "source": "s3://models/tiny",
+      "s3": {"endpoint": "http://seaweedfs.storage:8333", "credentialsSecretRef": {"name": "s3-keys"}},
+      "cache": {"enabled": True, "storageClassName": "local-path"}}
+
+
+def spec(model: dict[str, Any], **fields: Any) -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate({"model": model, **fields})
+
+
+def inputs(model: dict[str, Any] = S3, namespace: str = "ns", checkpoint: int = 16 * 10**9) -> cache.CacheInputs:
+    return cache.CacheInputs(spec(model), namespace, "ghcr.io/llm-autopilot/operator:0.1.0", checkpoint)
+
+
+def test_one_claim_per_namespace_source_and_revision() -> None:
+    base = cache.claim_name(spec(S3), "ns")
+    assert base.startswith("llm-cache-models-tiny-") and subdomain_problem(base) is None and len(base) <= 63
+    # other vLLM settings, another LLMDeployment, a remediation step: the same weights, the same claim
+    assert cache.claim_name(spec(S3, serving={"maxModelLen": 4096}, replicas=3), "ns") == base
+    assert cache.claim_name(spec(S3), "other") != base
+    hub = {"name": "Qwen/Qwen3-8B", "cache": {"enabled": True}}
+    assert cache.claim_name(spec(hub), "ns") != cache.claim_name(spec({**hub, "revision": "v2"}), "ns")
+    long = {**S3, "source": "s3://models/" + "a" * 200}
+    assert len(cache.claim_name(spec(long), "ns")) <= 63
+
+
+def test_the_claim_is_sized_from_the_checkpoint_unless_given() -> None:
+    pvc = cache.pvc(inputs(checkpoint=16 * 10**9))
+    assert pvc is not None
+    size = pvc["spec"]["resources"]["requests"]["storage"]
+    assert size % 2**30 == 0 and 16 * 10**9 * 1.1 + 2**30 <= size < 16 * 10**9 * 1.1 + 2 * 2**30
+    assert pvc["spec"]["storageClassName"] == "local-path"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert "ownerReferences" not in pvc["metadata"]  # shared: no one LLMDeployment owns it
+    given = cache.pvc(inputs({**S3, "cache": {"enabled": True, "size": "40Gi", "accessMode": "ReadWriteOnce"}}))
+    assert given is not None and given["spec"]["resources"]["requests"]["storage"] == "40Gi"
+    assert given["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+
+def test_an_existing_claim_is_used_not_created() -> None:
+    existing = inputs({**S3, "cache": {"enabled": True, "existingClaim": "team-models"}})
+    assert cache.pvc(existing) is None and existing.claim == "team-models"
+    assert cache.job(existing)["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"] == {
+        "claimName": "team-models"}
+
+
+def test_the_job_runs_fetch_with_the_secret_and_no_kubernetes_credentials() -> None:
+    job = cache.job(inputs())
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"] == ["llm-autopilot"]
+    assert container["args"] == ["fetch", "--source", "s3://models/tiny", "--dest", "/model-cache/model",
+                                 "--s3-endpoint", "http://seaweedfs.storage:8333", "--s3-region", "us-east-1"]
+    assert {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"]} == {
+        "AWS_ACCESS_KEY_ID": {"name": "s3-keys", "key": "AWS_ACCESS_KEY_ID"},
+        "AWS_SECRET_ACCESS_KEY": {"name": "s3-keys", "key": "AWS_SECRET_ACCESS_KEY"}}
+    assert pod["automountServiceAccountToken"] is False and pod["restartPolicy"] == "OnFailure"
+    assert container["volumeMounts"] == [{"name": "model-cache", "mountPath": "/model-cache"}]  # it writes
+    # the arguments are the fetch command's own
+    ctx = fetch_command.make_context("fetch", list(container["args"][1:]))
+    assert ctx.params["source"] == "s3://models/tiny" and ctx.params["s3_endpoint"].endswith(":8333")
+
+
+def test_a_hub_cache_passes_the_revision_and_token() -> None:
+    job = cache.job(inputs({"name": "Qwen/Qwen3-8B", "revision": "v2", "hubTokenSecretRef": {"name": "hf"},
+                            "cache": {"enabled": True}}))
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:3] == ["fetch", "--source", "hf://Qwen/Qwen3-8B"]
+    assert container["args"][-2:] == ["--revision", "v2"]
+    assert container["env"] == [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+
+
+def test_pods_mount_it_read_only_and_wait_for_the_marker() -> None:
+    assert cache.MARKER == fetch.MARKER  # the init container checks what fetch writes last
+    assert cache.pod_volume("c") == {"name": "model-cache", "persistentVolumeClaim": {"claimName": "c",
+                                                                                       "readOnly": True}}
+    assert cache.pod_mount()["readOnly"] is True
+    check = cache.marker_check("vllm/vllm-openai:v0.33.0")
+    assert f"/model-cache/model/{fetch.MARKER}" in check["command"][-1] and check["volumeMounts"][0]["readOnly"]
+    assert cache.model_path() == "/model-cache/model"
+
+
+def test_a_pvc_source_has_nothing_to_cache() -> None:
+    with pytest.raises(ValidationError, match="a pvc:// source is already on a volume"):
+        spec({"name": "acme/tiny", "source": "pvc://models/tiny", "cache": {"enabled": True}})
+    with pytest.raises(ValidationError, match="cache holds one checkpoint"):
+        spec({"name": "Qwen/Qwen3-8B", "variants": {"fp8": "Qwen/Qwen3-8B-FP8"}, "cache": {"enabled": True}})
+
+
+def progress(done: int, total: int) -> str:
+    return json.dumps({"fetch": "progress", "bytes": done, "total": total, "percent": round(100 * done / total, 1)})
+
+
+@pytest.mark.parametrize(("job", "log", "message", "expected"), [
+    (None, "", "", {"state": "Pending", "bytes": 0}),
+    ({"status": {"active": 1}}, "", "", {"state": "Downloading", "bytes": 0}),
+    ({"status": {"active": 1}}, f"{progress(10, 400)}\n{progress(100, 400)}\n", "",
+     {"state": "Downloading", "bytes": 100, "totalBytes": 400, "percent": 25.0}),
+    ({"status": {"succeeded": 1}}, "",
+     fetch.Summary(files=3, total_bytes=400, downloaded_bytes=300).as_json(),
+     {"state": "Complete", "bytes": 400, "totalBytes": 400, "percent": 100.0}),
+    ({"status": {"failed": 7, "conditions": [{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}]}},
+     f"{progress(100, 400)}\nerror: size mismatch for s3://models/tiny/model.safetensors: got 1 bytes\n", "",
+     {"state": "Failed", "bytes": 100, "percent": 25.0,
+      "message": "error: size mismatch for s3://models/tiny/model.safetensors: got 1 bytes"}),
+])
+def test_the_status_reads_the_jobs_progress(job: dict[str, Any] | None, log: str, message: str,
+                                            expected: dict[str, Any]) -> None:
+    status = cache.cache_status("c", job, log, message).model_dump(by_alias=True, exclude_none=True)
+    assert {k: status[k] for k in expected} == expected
+
+
+# --- in a reconcile ---------------------------------------------------------------------------------------
+
+CACHED_QWEN = {"model": {"name": "Qwen/Qwen3-8B", "cache": {"enabled": True}},
+               "gpu": {"product": "nvidia-h100-80gb"}, "serving": {"maxModelLen": 16384, "minMaxModelLen": 4096},
+               "remediation": {"cooldownSeconds": 0}}
+KV_CRASH = ("ValueError: To serve at least one request with the model's max seq len (16384), (2.0 GiB KV cache is "
+            "needed, which is larger than the available KV cache memory (1.0 GiB). Based on the available memory, "
+            "the estimated maximum model length is 8100.")
+
+
+def kinds(cluster: FakeCluster, kind: str) -> list[dict[str, Any]]:
+    return [o for (k, _), o in cluster.objects.items() if k == kind]
+
+
+def cached_run() -> tuple[Run, str, str]:
+    run = Run(CACHED_QWEN)
+    run.once()
+    claim = cache.claim_name(spec(CACHED_QWEN["model"]), "ns")  # type: ignore[arg-type]
+    return run, claim, f"{claim}-fetch"
+
+
+def test_no_pod_starts_before_the_download_completes() -> None:
+    run, claim, job = cached_run()
+    assert [p["metadata"]["name"] for p in kinds(run.cluster, "PersistentVolumeClaim")] == [claim]
+    assert [j["metadata"]["name"] for j in kinds(run.cluster, "Job")] == [job]
+    deployment = run.cluster.deployment()
+    assert deployment["spec"]["replicas"] == 0  # held
+    pod = deployment["spec"]["template"]["spec"]
+    assert cache.pod_volume(claim) in pod["volumes"]
+    assert pod["initContainers"][0]["name"] == "cache-complete"
+    vllm = pod["containers"][0]
+    assert cache.pod_mount() in vllm["volumeMounts"]
+    assert vllm["args"][0] == "/model-cache/model"
+    assert vllm["args"][vllm["args"].index("--served-model-name") + 1] == "Qwen/Qwen3-8B"
+    assert run.condition("ModelCached")["reason"] == "Pending"
+    assert run.status["cache"] == {"claimName": claim, "state": "Pending", "bytes": 0, "message": ""}
+    assert run.last is not None and not run.last.settled
+
+    run.cluster.objects[("Job", job)]["status"] = {"active": 1}
+    run.cluster.job_pod_list[job] = [{"metadata": {"name": "fetch-1"}, "status": {}}]
+    run.cluster.current_logs["fetch-1"] = progress(4 * 10**9, 16 * 10**9)
+    run.once()
+    assert run.status["cache"]["state"] == "Downloading" and run.status["cache"]["percent"] == 25.0
+    assert "25.0%" in run.condition("ModelCached")["message"]
+    assert run.cluster.deployment()["spec"]["replicas"] == 0
+
+    run.cluster.objects[("Job", job)]["status"] = {"succeeded": 1}
+    run.once()
+    assert run.condition("ModelCached")["status"] == "True"
+    assert run.status["cache"]["state"] == "Complete"
+    deployment = run.cluster.deployment()
+    assert deployment["spec"]["replicas"] == 1
+    probe = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    assert probe["periodSeconds"] * probe["failureThreshold"] <= startup_seconds(
+        _qwen_config(), downloads=True)  # loading from the cache, not downloading
+
+
+def _qwen_config() -> Any:
+    from tests.unit.test_rollout import a_plan  # noqa: PLC0415
+
+    return a_plan("Qwen/Qwen3-8B", "nvidia-h100-80gb", max_model_len=16384).config
+
+
+def test_a_remediation_step_on_a_cached_model_downloads_nothing() -> None:
+    run, claim, job = cached_run()
+    run.cluster.objects[("Job", job)]["status"] = {"succeeded": 1}
+    run.once()
+    before = {k: o["metadata"]["annotations"] for k, o in run.cluster.objects.items() if k[0] in ("Job",
+                                                                                                  "PersistentVolumeClaim")}
+    run.cluster.crash(KV_CRASH)
+    run.once()
+    assert "Remediated" in run.reasons()
+    after = {k: o["metadata"]["annotations"] for k, o in run.cluster.objects.items() if k[0] in ("Job",
+                                                                                                 "PersistentVolumeClaim")}
+    assert after == before  # the same PVC and the same finished Job: no new download
+    deployment = run.cluster.deployment()
+    assert deployment["spec"]["replicas"] == 1 and cache.pod_volume(claim) in deployment["spec"]["template"]["spec"][
+        "volumes"]
+    assert "--max-model-len" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_a_failed_download_says_why_and_holds_the_pods() -> None:
+    run, _, job = cached_run()
+    run.cluster.objects[("Job", job)]["status"] = {
+        "failed": 7, "conditions": [{"type": "Failed", "status": "True", "message": "BackoffLimitExceeded"}]}
+    run.cluster.job_pod_list[job] = [{"metadata": {"name": "fetch-7"}, "status": {}}]
+    run.cluster.current_logs["fetch-7"] = "error: md5 mismatch for s3://models/tiny/model.safetensors: …"
+    run.once()
+    cached = run.condition("ModelCached")
+    assert cached["reason"] == "CacheFailed" and "md5 mismatch" in cached["message"]
+    assert "CacheFailed" in run.reasons() and run.cluster.deployment()["spec"]["replicas"] == 0
+
+
+def test_a_missing_existing_claim_is_named() -> None:
+    body = {**CACHED_QWEN, "model": {"name": "Qwen/Qwen3-8B", "cache": {"enabled": True, "existingClaim": "gone"}}}
+    run = Run(body)
+    run.once()
+    assert "PersistentVolumeClaim 'gone'" in run.condition("ModelCached")["message"]
+    assert not kinds(run.cluster, "Job") and run.cluster.deployment()["spec"]["replicas"] == 0
+
+
+def test_an_s3_model_with_a_cache_is_served_from_it() -> None:
+    from tests.unit.test_model_sources import S3_SECRETS, S3_TINY  # noqa: PLC0415
+
+    body = {**S3_TINY, "model": dict(S3_TINY["model"])}  # type: ignore[call-overload]
+    arch = {"hiddenSize": 64, "numHiddenLayers": 2, "numAttentionHeads": 4, "numKeyValueHeads": 4,
+            "intermediateSize": 128, "vocabSize": 1000, "maxPositionEmbeddings": 2048, "weightBytes": 10**8}
+    body["model"]["architecture"] = arch  # type: ignore[index]
+    run = Run(body, cluster=FakeCluster(secrets=dict(S3_SECRETS)))
+    run.once()
+    assert run.condition("Planned")["status"] == "True"
+    job = kinds(run.cluster, "Job")[0]
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"][2] == "s3://models/tiny"
+    assert run.cluster.deployment()["spec"]["template"]["spec"]["containers"][0]["args"][0] == "/model-cache/model"
