@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from llm_autopilot.controller.metrics import MetricsUnavailable, PrometheusSettings, PrometheusSignals
+from llm_autopilot.controller.metrics import MetricsUnavailable, PrometheusSettings, PrometheusSignals, QueryRejected
 from llm_autopilot.remediation.classify import Signal
 from tests.e2e.conftest import Kubectl, wait_for
 from tests.e2e.metrics import (
@@ -257,3 +257,14 @@ def test_prometheus_down_raises_metrics_unavailable(kubectl: Kubectl, vllm_sim: 
     assert wait_for("Prometheus answering again", signals.healthy, timeout=30)
     assert signals.kv_saturation(ns, "qwen", threshold=0.9, window=WINDOW) is None
     vllm_sim.delete_pod(ns, "qwen-5d8f7c9b6d-abcde")
+
+
+def test_a_query_prometheus_refuses_is_query_rejected_not_unavailable(prometheus_url: str) -> None:
+    """Issue #15, class 4: a KV window PromQL cannot hold made the operator's query invalid (HTTP 400,
+    "duration out of range"), and that read as Prometheus being unreachable while it was up."""
+    signals = _signals(prometheus_url)
+    assert signals.healthy()
+    with pytest.raises(QueryRejected, match="duration out of range") as refused:
+        signals.kv_saturation("default", "qwen", threshold=0.9, window=10**12)
+    assert "HTTP 400" in str(refused.value) and len(str(refused.value)) < 400
+    assert signals.kv_saturation("default", "qwen", threshold=0.9, window=WINDOW) is None  # a valid one answers

@@ -140,3 +140,22 @@ def test_exhausted_after_max_steps(kubectl: Kubectl, operator: Operator, namespa
     degraded = next(c for c in llmd["status"]["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "RemediationExhausted" and "after 1 steps" in degraded["message"]
     assert remediation(kubectl, namespace)["rung"] == 1
+
+
+def test_a_forged_status_step_is_dropped_not_applied(kubectl: Kubectl, operator: Operator, namespace: str) -> None:
+    """Issue #15, class 7: someone who may write llmdeployments/status plants applied entries (here without the
+    operator's attestation); the operator drops them with an Event and never rolls the Deployment to them."""
+    deploy(kubectl, namespace)
+    before = kubectl.json("deployment", "qwen", "-n", namespace)
+    forged = {"status": {"remediation": {"rung": 1, "applied": [{"gpuMemoryUtilization": 0.7, "maxNumSeqs": 8}]}}}
+    mark = operator.mark()
+    kubectl("patch", "llmd", "qwen", "-n", namespace, "--subresource=status", "--type=merge", "-p",
+            json.dumps(forged))
+    wait_for("the forged step dropped", lambda: remediation(kubectl, namespace).get("applied") == [], 60)
+    operator.wait_reconciles(namespace, "qwen", 1, since=mark)
+    events = wait_for("the UnattributedRemediation Event", lambda: kubectl.json(
+        "events", "-n", namespace, "--field-selector", "reason=UnattributedRemediation")["items"], 30)
+    assert "not recorded by the operator" in events[0]["message"]
+    after = kubectl.json("deployment", "qwen", "-n", namespace)
+    assert after["metadata"]["generation"] == before["metadata"]["generation"]
+    assert args_of(after) == args_of(before) and remediation(kubectl, namespace)["rung"] == 0

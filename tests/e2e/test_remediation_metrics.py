@@ -130,3 +130,35 @@ def test_prometheus_down_holds_still_and_says_why(kubectl: Kubectl, operator: Op
     wait_condition(kubectl, namespace, "chat", "MetricsAvailable", "True", timeout=30)
     wait_for("the held-back step once metrics return", lambda: remediation(kubectl, namespace, "chat").get("rung") == 1,
              30)
+
+
+def test_metrics_available_holds_still_through_an_outage(kubectl: Kubectl, operator: Operator, prometheus_url: str,
+                                                        namespace: str) -> None:
+    """Issue #15, class 5: with Prometheus stopped, MetricsAvailable read True|Queried in some one-second samples.
+    Once False it must stay False, with the same reason, message and transition time, across reconciles and a
+    replaced pod, until Prometheus is back."""
+    deploy(kubectl, namespace)
+    wait_condition(kubectl, namespace, "chat", "MetricsAvailable", "True", timeout=60)
+
+    def metrics() -> dict[str, Any]:
+        return next(c for c in kubectl.json("llmd", "chat", "-n", namespace)["status"]["conditions"]
+                    if c["type"] == "MetricsAvailable")
+
+    with prometheus_stopped(kubectl.env):
+        wait_condition(kubectl, namespace, "chat", "MetricsAvailable", "False", timeout=60)
+        first = metrics()
+        assert first["reason"] == "PrometheusUnreachable"
+        samples: list[dict[str, Any]] = []
+        pod = running_pods(kubectl, namespace, "chat")[0]["metadata"]["name"]
+        kubectl("delete", "pod", pod, "-n", namespace, "--wait=false")  # a pod replaced during the outage
+        mark = operator.mark()
+
+        def sampled() -> bool:  # one sample per poll, until four reconciles have completed since the stop
+            samples.append(metrics())
+            return operator.reconciles(namespace, "chat", since=mark) >= 5
+
+        wait_for("four reconciles during the outage", sampled, 180)
+        samples.append(metrics())
+        seen = {(c["status"], c["reason"], c["message"], c["lastTransitionTime"]) for c in samples}
+        assert seen == {(first["status"], first["reason"], first["message"], first["lastTransitionTime"])}, seen
+    wait_condition(kubectl, namespace, "chat", "MetricsAvailable", "True", timeout=60)
