@@ -119,3 +119,104 @@ def test_planner_fits_lora_and_names_the_smallest_fix(vllm033: VLLMBehaviour) ->
     pinned = plan(PlanRequest(m, gpu("nvidia-l4"), vllm033,
                               Targets(max_model_len=8192, max_gpus=1, lora=LoRASettings(8, 64), lora_min_slots=4)))
     assert isinstance(pinned, Infeasible) and not any("maxLoras" in s for s in pinned.suggestions)
+
+
+# --- the API: spec.lora -> targets, arguments, status; refusals -------------------------------------------------
+
+import yaml  # noqa: E402
+from pydantic import ValidationError  # noqa: E402
+
+from llm_autopilot.api import convert  # noqa: E402
+from llm_autopilot.api.lora import AdapterConfig, lora_problems, parse_adapter_config  # noqa: E402
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec  # noqa: E402
+from llm_autopilot.controller.admission import review  # noqa: E402
+from llm_autopilot.render.vllm_args import conflicting_extra_args, render_vllm_args  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "qwen3-8b-l4-lora.yaml"
+
+
+def spec(**lora: object) -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate({"model": {"name": "Qwen/Qwen3-8B"},
+                                             "gpu": {"product": "nvidia-l4", "maxGPUs": 1},
+                                             "serving": {"maxModelLen": 16384, "allowedKVCacheDtypes": ["auto", "fp8"]},
+                                             "lora": lora})
+
+
+ADAPTERS = [{"name": "support-bot", "source": "hf://org/support", "pinned": True},
+            {"name": "sql", "source": "org/sql"}]
+
+
+def test_spec_lora_renders_the_flags_and_the_status(vllm033: VLLMBehaviour) -> None:
+    s = spec(adapters=ADAPTERS, maxCPULoras=4)
+    t = convert.targets(s)
+    assert t.lora == LoRASettings(2, 16, 4, (("support-bot", "org/support"), ("sql", "org/sql")))
+    assert t.lora_min_slots == 1
+    result = plan(PlanRequest(model("Qwen/Qwen3-8B"), gpu("nvidia-l4"), vllm033, t))
+    assert isinstance(result, Plan)
+    args = render_vllm_args(result)
+    tail = args[args.index("--enable-lora"):]
+    assert tail == ["--enable-lora", "--max-loras", "2", "--max-lora-rank", "16", "--max-cpu-loras", "4",
+                    "--lora-modules", "support-bot=org/support", "sql=org/sql", "--port", "8000"]
+    status = convert.plan_status(result, args)
+    assert status.lora_adapters == ["support-bot", "sql"]
+    dumped = status.model_dump(by_alias=True)["memory"]
+    assert dumped["loraSlotsGiB"] == round(result.estimate.lora_slots_bytes / GIB, 2) > 0
+    assert "loraProfileGiB" in dumped
+
+
+def test_the_lora_flags_are_owned() -> None:
+    assert conflicting_extra_args(["--max-loras=8", "--max_lora_rank", "64", "--enable-lora", "--lora-modules"]) == [
+        "--enable-lora", "--lora-modules", "--max-loras", "--max_lora_rank"]
+
+
+def test_default_rank_is_the_largest_adapter_rank_rounded_to_what_vllm_accepts() -> None:
+    s = spec(adapters=ADAPTERS)
+    t = convert.targets(s, adapter_configs={"support-bot": AdapterConfig(12, None), "sql": AdapterConfig(8, None)})
+    assert t.lora is not None and t.lora.max_lora_rank == 16
+    t = convert.targets(s, adapter_configs={"sql": AdapterConfig(40, None)})
+    assert t.lora is not None and t.lora.max_lora_rank == 64
+
+
+@pytest.mark.parametrize(("lora", "message"), [
+    ({"adapters": ADAPTERS, "maxLoras": 1, "maxCPULoras": 1} | {"adapters": [
+        {"name": "a", "source": "org/a", "pinned": True}, {"name": "b", "source": "org/b", "pinned": True}]},
+     "2 pinned adapters need 2 slots but maxLoras is 1; raise maxLoras to 2 or unpin some"),
+    ({"adapters": ADAPTERS, "maxLoras": 4, "maxCPULoras": 2}, "maxCPULoras (2) must be at least maxLoras (4)"),
+    ({"adapters": [{"name": "a", "source": "org/a"}, {"name": "a", "source": "org/b"}]}, "names must be unique"),
+    ({"adapters": [{"name": "a", "source": "org/a", "revision": "v2"}]}, "has no revision"),
+    ({"adapters": [{"name": "Qwen/Qwen3-8B", "source": "org/a"}]}, "is the base model's served name"),
+    ({"adapters": [{"name": "a=b", "source": "org/a"}]}, "String should match pattern"),
+    ({"maxLoras": 0}, "greater than or equal to 1"),
+    ({"maxLoras": 65}, "less than or equal to 64"),
+    ({"maxLoraRank": 24}, "Input should be 1, 8, 16, 32, 64, 128, 256, 320 or 512"),
+    ({"maxCPULoras": 1025}, "less than or equal to 1024"),
+])
+def test_spec_mistakes_are_refused_with_the_fix(lora: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        spec(**lora)
+
+
+def test_adapter_configs_refuse_a_higher_rank_and_another_base_model() -> None:
+    s = spec(adapters=ADAPTERS, maxLoraRank=16)
+    configs = {"support-bot": parse_adapter_config({"r": 8, "rank_pattern": {"q_proj": 32},
+                                                    "base_model_name_or_path": "Qwen/Qwen3-8B"}),
+               "sql": parse_adapter_config({"r": 16, "base_model_name_or_path": "meta-llama/Llama-3.1-8B"})}
+    assert configs["support-bot"] == AdapterConfig(32, "Qwen/Qwen3-8B")
+    assert lora_problems(s, configs) == [
+        "lora.adapters[0] (support-bot): rank 32 exceeds maxLoraRank 16; vLLM refuses to load it: raise "
+        "lora.maxLoraRank to 32 (every slot grows with it)",
+        "lora.adapters[1] (sql): its adapter_config.json says it was trained on meta-llama/Llama-3.1-8B, not "
+        "Qwen/Qwen3-8B; serve it on that model, or use an adapter of this one",
+    ]
+    # a trainer's local path says nothing; the hf:// prefix and case do not matter; unknown adapters pass
+    fine = {"support-bot": AdapterConfig(8, "/data/base"), "sql": AdapterConfig(16, "hf://qwen/qwen3-8b")}
+    assert lora_problems(s, fine) == [] and lora_problems(s, {}) == []
+
+
+def test_the_example_is_admitted(vllm033: VLLMBehaviour) -> None:
+    obj = yaml.safe_load(EXAMPLE.read_text())
+    verdict = review(obj["spec"], "0.33.0", name=obj["metadata"]["name"])
+    assert verdict.allowed, verdict.message
+    s = LLMDeploymentSpec.model_validate(obj["spec"])
+    result = plan(PlanRequest(model("Qwen/Qwen3-8B"), gpu("nvidia-l4"), vllm033, convert.targets(s)))
+    assert isinstance(result, Plan) and result.estimate.lora_slots_bytes > 0

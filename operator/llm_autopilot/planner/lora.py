@@ -71,6 +71,9 @@ class LoRASettings:
     max_loras: int
     max_lora_rank: int
     max_cpu_loras: int | None = None
+    #: ``--lora-modules name=path``: the adapters vLLM serves under their own model names (not memory: vLLM loads
+    #: them into the slots on demand, least recently used out)
+    modules: tuple[tuple[str, str], ...] = ()
 
 
 def rank_for(rank: int) -> int | None:
