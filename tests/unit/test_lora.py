@@ -112,13 +112,18 @@ def test_planner_fits_lora_and_names_the_smallest_fix(vllm033: VLLMBehaviour) ->
     assert isinstance(too_many, Infeasible)
     assert "LoRA slots at rank 64" in too_many.message
     assert too_many.suggestions[:2] == (
-        "lower spec.lora.maxLoras to 3 (from 8; 2 pinned adapter(s))",
+        "lower spec.lora.maxLoras to 3 (from 8; never below the 2 pinned)",
         "lower spec.lora.maxLoraRank to 16 (from 64; adapters of a higher rank are then refused)")
     assert any("needs at least 2 x L4" in s for s in too_many.suggestions)
     # never below the pinned adapters: with 4 pinned, 3 slots are not offered
     pinned = plan(PlanRequest(m, gpu("nvidia-l4"), vllm033,
                               Targets(max_model_len=8192, max_gpus=1, lora=LoRASettings(8, 64), lora_min_slots=4)))
     assert isinstance(pinned, Infeasible) and not any("maxLoras" in s for s in pinned.suggestions)
+    # when the KV cache is what does not fit, fp8 KV keeps every slot
+    kv = plan(PlanRequest(m, gpu("nvidia-l4"), vllm033,
+                          Targets(max_model_len=16384, max_gpus=1, lora=LoRASettings(2, 16))))
+    assert isinstance(kv, Infeasible)
+    assert "add fp8 to allowedKVCacheDtypes (keeps 2 slots at rank 16 on 1 x L4)" in kv.suggestions
 
 
 # --- the API: spec.lora -> targets, arguments, status; refusals -------------------------------------------------
@@ -150,7 +155,7 @@ def test_spec_lora_renders_the_flags_and_the_status(vllm033: VLLMBehaviour) -> N
     s = spec(adapters=ADAPTERS, maxCPULoras=4)
     t = convert.targets(s)
     assert t.lora == LoRASettings(2, 16, 4, (("support-bot", "org/support"), ("sql", "org/sql")))
-    assert t.lora_min_slots == 1
+    assert t.lora_min_slots == 1  # one pinned adapter
     result = plan(PlanRequest(model("Qwen/Qwen3-8B"), gpu("nvidia-l4"), vllm033, t))
     assert isinstance(result, Plan)
     args = render_vllm_args(result)
@@ -220,3 +225,29 @@ def test_the_example_is_admitted(vllm033: VLLMBehaviour) -> None:
     s = LLMDeploymentSpec.model_validate(obj["spec"])
     result = plan(PlanRequest(model("Qwen/Qwen3-8B"), gpu("nvidia-l4"), vllm033, convert.targets(s)))
     assert isinstance(result, Plan) and result.estimate.lora_slots_bytes > 0
+
+
+# --- reading adapter_config.json from a Hub-shaped server (hack/hub_server.py, no internet) ----------------------
+
+from hack.hub_server import FakeHub, Repo  # noqa: E402
+
+from llm_autopilot.hub.client import HubClient, ModelFetchError, fetch_adapter_config  # noqa: E402
+
+
+def test_adapter_config_is_read_through_the_hub_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    hub = FakeHub()
+    raw = {"r": 32, "base_model_name_or_path": "Qwen/Qwen3-8B", "target_modules": ["q_proj", "v_proj"]}
+    hub.repos["org/support"] = Repo({"adapter_config.json": json.dumps(raw).encode()})
+    hub.repos["org/empty"] = Repo({"README.md": b"no adapter here"})
+    hub.start()
+    try:
+        client = HubClient(endpoint=hub.endpoint, cache_dir=str(tmp_path / "cache"))
+        found = fetch_adapter_config(client, "org/support")
+        assert found == raw and parse_adapter_config(found) == AdapterConfig(32, "Qwen/Qwen3-8B")
+        assert fetch_adapter_config(client, "org/empty") is None
+        with pytest.raises(ModelFetchError, match="LoRA adapter org/missing was not found on the Hub"):
+            fetch_adapter_config(client, "org/missing")
+    finally:
+        hub.stop()

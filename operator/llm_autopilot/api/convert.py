@@ -70,7 +70,7 @@ def targets(spec: LLMDeploymentSpec, *, gpus_per_node: int | None = None, max_no
         enforce_eager=v.enforce_eager,
         allow_cpu_offload=s.allow_cpu_offload,
         lora=lora_spec.lora_settings(spec, adapter_configs),
-        lora_min_slots=max(1, lora_spec.pinned_adapters(spec)),
+        lora_min_slots=lora_spec.pinned_adapters(spec),
     )
 
 

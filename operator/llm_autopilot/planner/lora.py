@@ -41,9 +41,10 @@ Profile run (``vllm/v1/worker/lora_model_runner_mixin.py::maybe_dummy_run_with_l
 
 CUDA graphs
     With LoRA every capture size is captured twice, for no adapter and for ``max_loras + 1`` active ones
-    (``vllm/v1/worker/gpu/lora_utils.py::get_lora_capture_cases`` with ``specialize_active_lora`` off, its
-    default; ``gpu_model_runner.py::profile_cudagraph_memory`` counts every capture descriptor): the planner
-    doubles the per-size part of the graph estimate (``planner/memory.py``).
+    (``vllm/v1/cudagraph_dispatcher.py::CudagraphDispatcher._get_lora_cases``: ``[0] + [max_loras + 1]`` with
+    ``cudagraph_specialize_lora`` on and ``specialize_active_lora`` off, their defaults), and
+    ``vllm/v1/worker/gpu_model_runner.py::profile_cudagraph_memory`` estimates ``first + per_graph x (descriptors
+    - 1)`` over all of them: the planner doubles the per-size part of the graph estimate (``planner/memory.py``).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class Targets:
     #: ``spec.lora``: the adapter slots to reserve (``--enable-lora``); ``lora_min_slots`` is the number of pinned
     #: adapters, below which a suggestion never lowers ``max_loras``
     lora: LoRASettings | None = None
-    lora_min_slots: int = 1
+    lora_min_slots: int = 0
 
 
 @dataclass(frozen=True)

@@ -515,8 +515,8 @@ def _lora_suggestions(req: PlanRequest) -> list[str]:
     slots = t.lora.max_loras - 1
     while slots >= max(1, t.lora_min_slots):
         if _fits_with(req, dataclasses.replace(t.lora, max_loras=slots)):
-            fits.append(f"lower spec.lora.maxLoras to {slots} (from {t.lora.max_loras}; "
-                        f"{t.lora_min_slots} pinned adapter(s))")
+            pinned = f"; never below the {t.lora_min_slots} pinned" if t.lora_min_slots else ""
+            fits.append(f"lower spec.lora.maxLoras to {slots} (from {t.lora.max_loras}{pinned})")
             break
         slots -= 1
     lower_ranks = [r for r in reversed(VLLM_LORA_RANKS) if r < t.lora.max_lora_rank]
@@ -525,6 +525,11 @@ def _lora_suggestions(req: PlanRequest) -> list[str]:
             fits.append(f"lower spec.lora.maxLoraRank to {rank} (from {t.lora.max_lora_rank}; adapters of a higher "
                         "rank are then refused)")
             break
+    if KVCacheDtype.FP8 not in t.allowed_kv_cache_dtypes and _search(
+            req, max_gpus=t.max_gpus, formats=t.allowed_weight_formats,
+            kv_dtypes=(*t.allowed_kv_cache_dtypes, KVCacheDtype.FP8), concurrency=1) is not None:
+        fits.append(f"add fp8 to allowedKVCacheDtypes (keeps {t.lora.max_loras} slots at rank {t.lora.max_lora_rank} "
+                    f"on {t.max_gpus} x {req.gpu.display_name})")
     return fits
 
 
