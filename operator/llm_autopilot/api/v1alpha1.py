@@ -773,7 +773,8 @@ class LoRASpec(APIModel):
     max_loras: int | None = Field(None, ge=1, le=64, description="Adapter slots on the GPU (--max-loras). "
                                   "Default: one per adapter.")
     max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] | None = Field(
-        None, description="Rank of every slot (--max-lora-rank). Default: the largest adapter rank, else 16.")
+        None, description="Rank of every slot (--max-lora-rank). Default: the largest adapter rank, else 16.",
+        json_schema_extra={"minimum": 1, "maximum": 512})
     max_cpu_loras: int | None = Field(None, alias="maxCPULoras", ge=1, le=1024,
                                       description="Adapters cached in host memory (--max-cpu-loras), >= maxLoras.")
 
