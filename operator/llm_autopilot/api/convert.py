@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from llm_autopilot.api import lora as lora_spec
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, MemoryBreakdown, PlanStatus, StageMemory
 from llm_autopilot.catalog.gpus import GFD_PRODUCT, find_gpu, gpu_from_labels
 from llm_autopilot.domain.gpu import GPUSpec
@@ -39,16 +40,19 @@ def gpu_pools(spec: LLMDeploymentSpec, nodes: Iterable[tuple[Mapping[str, str], 
     return pools
 
 
-def targets_for_pool(spec: LLMDeploymentSpec, pool: GPUPool) -> Targets:
+def targets_for_pool(spec: LLMDeploymentSpec, pool: GPUPool,
+                     adapter_configs: Mapping[str, lora_spec.AdapterConfig] | None = None) -> Targets:
     """Targets on a pool: its GPUs per node and its nodes when it was seen on nodes."""
     per_node, nodes = (pool.gpus_per_node, pool.nodes) if pool.nodes else (None, None)
-    return targets(spec, gpus_per_node=per_node, max_nodes=nodes)
+    return targets(spec, gpus_per_node=per_node, max_nodes=nodes, adapter_configs=adapter_configs)
 
 
 def targets(spec: LLMDeploymentSpec, *, gpus_per_node: int | None = None, max_nodes: int | None = None,
-            max_gpus: int | None = None) -> Targets:
+            max_gpus: int | None = None,
+            adapter_configs: Mapping[str, lora_spec.AdapterConfig] | None = None) -> Targets:
     """Planner targets; ``gpus_per_node`` and ``max_nodes`` describe the pool (unknown: 8-GPU nodes, as many as
-    spec.gpu.maxGPUs needs); ``max_gpus`` narrows spec.gpu.maxGPUs."""
+    spec.gpu.maxGPUs needs); ``max_gpus`` narrows spec.gpu.maxGPUs. ``adapter_configs`` (the LoRA adapters'
+    configs, by adapter name, when read) give the default maxLoraRank."""
     s, v = spec.serving, spec.vllm
     return Targets(
         max_model_len=s.fixed_max_model_len,
@@ -65,6 +69,8 @@ def targets(spec: LLMDeploymentSpec, *, gpus_per_node: int | None = None, max_no
         max_num_batched_tokens=v.max_num_batched_tokens,
         enforce_eager=v.enforce_eager,
         allow_cpu_offload=s.allow_cpu_offload,
+        lora=lora_spec.lora_settings(spec, adapter_configs),
+        lora_min_slots=lora_spec.pinned_adapters(spec),
     )
 
 
@@ -102,10 +108,13 @@ def plan_status(plan: Plan, args: list[str], *, host_memory_gib: float = 0.0,
             activation_peak_gib=e.gib(e.activation_peak_bytes), non_torch_gib=e.gib(e.non_torch_bytes),
             cuda_graph_gib=e.gib(e.cuda_graph_bytes), kv_cache_gib=e.gib(e.kv_cache_bytes),
             kv_bytes_per_token=e.kv_bytes_per_token, kv_cache_tokens=e.kv_cache_tokens,
+            lora_slots_gib=e.gib(e.lora_slots_bytes) if c.lora else None,
+            lora_profile_gib=e.gib(e.lora_profile_bytes) if c.lora else None,
             max_concurrency=round(e.max_concurrency, 2), max_model_len_capacity=e.max_model_len_capacity,
         ),
         stages=stages,
         reasons=[str(r) for r in plan.reasons],
         warnings=list(plan.warnings),
         args=args,
+        lora_adapters=[name for name, _ in c.lora.modules] if c.lora else [],
     )

@@ -73,6 +73,10 @@ OWNED_FLAGS: dict[str, str] = {
     **_owned("the planner reads the model's config.json; correct it with spec.model.architecture",
              "--hf-overrides", "--hf-config-path"),
     **_owned("a draft model's memory is not in the plan; it cannot be set", "--speculative-config", "-sc"),
+    **_owned("set by the operator from spec.lora (the adapter slots are in the plan: status.plan.memory.loraSlotsGiB)",
+             "--enable-lora", "--no-enable-lora", "--disable-lora", "--max-loras", "--max-lora-rank", "--max-cpu-loras",
+             "--lora-modules", "--lora-dtype", "--fully-sharded-loras", "--no-fully-sharded-loras",
+             "--lora-target-modules", "--specialize-active-lora", "--no-specialize-active-lora"),
     "--config": "a config file sets flags no admission check sees; put the flags in spec.vllm.extraArgs",
     "--port": "the Service and the health probes target port 8000 on the pod IP; it cannot be changed",
     "--host": "the Service and the health probes reach vLLM on the pod IP, so it listens on all addresses; "

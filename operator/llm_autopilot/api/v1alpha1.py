@@ -737,6 +737,65 @@ class AutoscalingPolicy(APIModel):
         return self
 
 
+_LORA_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
+LoRAName = Annotated[str, Field(min_length=1, max_length=128, pattern=_LORA_NAME)]
+
+
+class LoRAAdapter(APIModel):
+    name: LoRAName = Field(description="Model name requests use for this adapter (`model` in /v1/completions).")
+    source: HubID = Field(description="Hugging Face Hub id (`org/name` or `hf://org/name`) of the PEFT adapter.")
+    revision: CLIValue | None = Field(
+        None, description="Branch, tag or commit. vLLM 0.33's --lora-modules loads the default branch: only `main`.")
+    pinned: bool = Field(False, description="Always loaded: maxLoras never goes below the pinned adapters.")
+
+    @field_validator("revision")
+    @classmethod
+    def _default_branch(cls, revision: str | None) -> str | None:
+        if revision not in (None, "main"):
+            raise invalid(f"lora adapter revision {revision!r}: vLLM's --lora-modules has no revision and downloads "
+                          "the default branch; remove revision (or publish that revision as its own repository)")
+        return revision
+
+
+class LoRASpec(APIModel):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.maxLoras) || !has(self.adapters) || "
+                 "self.adapters.filter(a, has(a.pinned) && a.pinned).size() <= self.maxLoras",
+         "message": "more pinned adapters than maxLoras: raise maxLoras or unpin some"},
+        {"rule": "!has(self.maxCPULoras) || self.maxCPULoras >= (has(self.maxLoras) ? self.maxLoras : "
+                 "(has(self.adapters) && self.adapters.size() > 1 ? self.adapters.size() : 1))",
+         "message": "maxCPULoras must be at least maxLoras"},
+    ]})
+
+    adapters: list[LoRAAdapter] = Field(
+        default_factory=list, max_length=32, description="The adapters to serve.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    max_loras: int | None = Field(None, ge=1, le=64, description="Adapter slots on the GPU (--max-loras). "
+                                  "Default: one per adapter.")
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] | None = Field(
+        None, description="Rank of every slot (--max-lora-rank). Default: the largest adapter rank, else 16.",
+        json_schema_extra={"minimum": 1, "maximum": 512})
+    max_cpu_loras: int | None = Field(None, alias="maxCPULoras", ge=1, le=1024,
+                                      description="Adapters cached in host memory (--max-cpu-loras), >= maxLoras.")
+
+    @property
+    def slots(self) -> int:
+        return self.max_loras or max(1, len(self.adapters))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LoRASpec:
+        names = [a.name for a in self.adapters]
+        if len(set(names)) != len(names):
+            raise invalid(f"lora.adapters: names must be unique, got {names}")
+        pinned = sum(a.pinned for a in self.adapters)
+        if pinned > self.slots:
+            raise invalid(f"lora: {pinned} pinned adapters need {pinned} slots but maxLoras is {self.slots}; "
+                          f"raise maxLoras to {pinned} or unpin some")
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.slots:
+            raise invalid(f"lora.maxCPULoras ({self.max_cpu_loras}) must be at least maxLoras ({self.slots})")
+        return self
+
+
 #: Kopf keeps a copy of the spec in an annotation (ASCII-escaped JSON) and `kubectl apply` another; the API
 #: server caps all annotations of an object at 256 KiB together.
 SPEC_MAX_BYTES = 64 * 1024
@@ -755,6 +814,7 @@ class LLMDeploymentSpec(APIModel):
         None, description="Scale replicas with KEDA on KV-cache usage and waiting requests (Prometheus). "
         "Remediation then leaves replicas alone.")
     resources: ContainerResources | None = Field(None, description="CPU/memory of the vLLM container.")
+    lora: LoRASpec | None = Field(None, description="LoRA adapters served on the base model, with their GPU slots.")
     remediation: RemediationPolicy = Field(
         default_factory=RemediationPolicy, description="How the operator reacts to OOM and KV saturation."
     )
@@ -788,6 +848,15 @@ class LLMDeploymentSpec(APIModel):
                                   "sets; keep one")
         return self
 
+    @model_validator(mode="after")
+    def _lora_names(self) -> LLMDeploymentSpec:
+        served = self.model.served_model_name or self.model.name.removeprefix("hf://")
+        for i, adapter in enumerate(self.lora.adapters if self.lora else []):
+            if adapter.name == served:
+                raise invalid(f"lora.adapters[{i}].name {adapter.name!r} is the base model's served name; requests "
+                              "could not tell them apart: rename the adapter")
+        return self
+
 
 # --- status ---------------------------------------------------------------------------------------
 
@@ -802,6 +871,9 @@ class MemoryBreakdown(APIModel):
     kv_cache_gib: float = Field(alias="kvCacheGiB", description="Left for the KV cache (GiB).")
     kv_bytes_per_token: int = Field(description="KV-cache bytes per token on one GPU.")
     kv_cache_tokens: int = Field(description="Tokens the KV cache holds.")
+    lora_slots_gib: float | None = Field(None, alias="loraSlotsGiB", description="LoRA adapter slots (GiB).")
+    lora_profile_gib: float | None = Field(None, alias="loraProfileGiB",
+                                           description="LoRA's extra profile-run peak (GiB).")
     max_concurrency: float = Field(description="Requests of maxModelLen tokens served at once.")
     max_model_len_capacity: int = Field(description="Largest maxModelLen that fits.")
 
@@ -843,6 +915,7 @@ class PlanStatus(APIModel):
     reasons: list[str] = Field(default_factory=list, description="One line per decision.")
     warnings: list[str] = Field(default_factory=list, description="What the plan could not satisfy.")
     args: list[str] = Field(default_factory=list, description="The `vllm serve` arguments.")
+    lora_adapters: list[str] = Field(default_factory=list, description="Served LoRA adapter names.")
 
 
 class Condition(APIModel):

@@ -53,6 +53,8 @@ def memory_table(e: MemoryEstimate, gmu: float) -> list[str]:
         ("  activation peak", f"{e.gib(e.activation_peak_bytes):8.2f} GiB"),
         ("  non-torch (CUDA, NCCL)", f"{e.gib(e.non_torch_bytes):8.2f} GiB"),
         ("  CUDA graphs", f"{e.gib(e.cuda_graph_bytes):8.2f} GiB"),
+        *([("  LoRA slots", f"{e.gib(e.lora_slots_bytes):8.2f} GiB"),
+           ("  LoRA profile peak", f"{e.gib(e.lora_profile_bytes):8.2f} GiB")] if e.lora_slots_bytes else []),
         ("  KV cache", f"{e.gib(e.kv_cache_bytes):8.2f} GiB"),
         ("KV bytes per token", f"{e.kv_bytes_per_token:,}"),
         ("KV cache tokens", f"{e.kv_cache_tokens:,}"),

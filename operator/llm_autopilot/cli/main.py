@@ -33,6 +33,7 @@ from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
 from llm_autopilot.hub.client import ModelFetchError, load_local
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_model
 from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.planner.lora import DEFAULT_MAX_LORA_RANK, VLLM_LORA_RANKS, LoRASettings
 from llm_autopilot.planner.memory import estimate
 from llm_autopilot.planner.plan import Infeasible, PlanRequest, Targets
 from llm_autopilot.planner.search import plan as make_plan
@@ -148,13 +149,17 @@ def cli() -> None:
 @click.option("--enforce-eager", is_flag=True, help="Plan without CUDA graphs.")
 @click.option("--vllm-version", default=str(DEFAULT_VLLM_VERSION), show_default=True)
 @click.option("--served-model-name", help="Name clients use (defaults to the model id).")
+@click.option("--max-loras", type=click.IntRange(min=1, max=64), default=None,
+              help="Reserve this many LoRA adapter slots (--enable-lora).")
+@click.option("--max-lora-rank", type=click.Choice([str(r) for r in VLLM_LORA_RANKS]), default=None,
+              help="Rank of every LoRA slot (default 16, with --max-loras).")
 @click.option("--output", "-o", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
 def plan(model: str | None, model_config: str | None, revision: str | None, gpu: str | None,
          gpu_memory_gib: float | None, compute_capability: str, max_model_len: int | None,
          min_max_model_len: int | None, concurrency: int | None, max_gpus: int,
          allow_quantization: tuple[str, ...], allow_kv_cache_dtype: tuple[str, ...], variant: tuple[str, ...],
          gpu_memory_utilization: float | None, enforce_eager: bool, vllm_version: str,
-         served_model_name: str | None, output: str) -> None:
+         served_model_name: str | None, max_loras: int | None, max_lora_rank: str | None, output: str) -> None:
     """The cheapest vLLM configuration that fits, its memory breakdown, reasons and command."""
     architecture = _load_model(model, model_config, revision)
     formats = [WeightFormat.NONE]
@@ -178,6 +183,8 @@ def plan(model: str | None, model_config: str | None, revision: str | None, gpu:
         max_model_len=max_model_len, min_max_model_len=min_max_model_len, concurrency=concurrency,
         allowed_weight_formats=tuple(formats), allowed_kv_cache_dtypes=tuple(kv_dtypes), max_gpus=max_gpus,
         gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+        lora=LoRASettings(max_loras or 1, int(max_lora_rank or DEFAULT_MAX_LORA_RANK))
+        if max_loras or max_lora_rank else None,
     )
     request = PlanRequest(architecture, _load_gpu(gpu, gpu_memory_gib, compute_capability),
                           behaviour_of(VLLMVersion.parse(vllm_version)), targets)

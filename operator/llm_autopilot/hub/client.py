@@ -145,3 +145,24 @@ class HubClient:
                 f"cannot read {where} from the Hub ({type(exc).__name__}: {exc}); check HF_ENDPOINT"
             ) from exc
         return ModelFiles(_with_modelopt(config, modelopt), size)
+
+
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def fetch_adapter_config(client: HubClient, repo_id: str, revision: str | None = None) -> dict[str, Any] | None:
+    """A PEFT adapter's ``adapter_config.json`` (its rank ``r`` and ``base_model_name_or_path``); None when the
+    repository has none. Raises ModelFetchError when the Hub cannot be read."""
+    where = f"{repo_id}@{revision}" if revision else repo_id
+    try:
+        return client._optional_json(repo_id, ADAPTER_CONFIG, revision)
+    except GatedRepoError as exc:
+        raise ModelFetchError(f"LoRA adapter {repo_id} is gated: accept its licence on the Hub and give a token") \
+            from exc
+    except RepositoryNotFoundError as exc:
+        raise ModelFetchError(f"LoRA adapter {repo_id} was not found on the Hub") from exc
+    except ModelFetchError:
+        raise
+    except Exception as exc:  # transport errors, HTTP errors
+        raise ModelFetchError(f"cannot read {where}/{ADAPTER_CONFIG} from the Hub ({type(exc).__name__}: {exc})") \
+            from exc

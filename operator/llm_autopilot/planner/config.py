@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
+from llm_autopilot.planner.lora import LoRASettings
 from llm_autopilot.vllm.versions import VLLMBehaviour, serving_dtype
 
 _DTYPE_LABELS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
@@ -47,6 +48,8 @@ class ServingConfig:
     cpu_offload_gib: float = 0.0
     #: pods (one per node) one replica spans; with more than one, each holds one pipeline stage
     nodes: int = 1
+    #: ``--enable-lora``: the adapter slots vLLM reserves (planner/lora.py)
+    lora: LoRASettings | None = None
 
     @property
     def num_gpus(self) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from llm_autopilot.domain.precision import GIB
+from llm_autopilot.planner import lora as lora_memory
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.kv_cache import kv_bytes_per_request, kv_bytes_per_token, kv_capacity
 from llm_autopilot.planner.weights import (
@@ -71,6 +72,9 @@ class MemoryEstimate:
     max_model_len_capacity: int
     max_model_len: int
     problems: tuple[str, ...] = field(default=())
+    #: ``--enable-lora``: the adapter slots (with the punica metadata) and the profile run's extra peak
+    lora_slots_bytes: float = 0.0
+    lora_profile_bytes: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -80,8 +84,12 @@ class MemoryEstimate:
         return round(value / GIB, 2)
 
     def as_dict(self) -> dict[str, float | int | bool | list[str]]:
-        """The ``estimate`` JSON contract (keys are stable; external benchmarks read them)."""
-        return {
+        """The ``estimate`` JSON contract (keys are stable; external benchmarks read them; the LoRA keys only
+        with LoRA)."""
+        lora: dict[str, float | int | bool | list[str]] = {
+            "lora_slots_gib": self.gib(self.lora_slots_bytes), "lora_profile_gib": self.gib(self.lora_profile_bytes),
+        } if self.lora_slots_bytes else {}
+        return {**lora,
             "gpu_total_gib": self.gib(self.total_bytes),
             "budget_gib": self.gib(self.budget_bytes),
             "weights_gib": self.gib(self.weights_bytes),
@@ -131,15 +139,36 @@ def stage_breakdown(c: ServingConfig) -> tuple[StageMemory, ...]:
     block = c.block_size
     stages = []
     offload = c.cpu_offload_gib * GIB
+    first = 0
     for i, (layers, weights) in enumerate(zip(stage_partition(m.num_layers, pp),
                                               stage_weight_bytes(m, c.weight_format, tp, pp), strict=True)):
         graphs = _graph_bytes(c, layers)
         on_gpu = max(0.0, weights - offload)
-        available = budget - on_gpu - fixed - (graphs if c.vllm.cuda_graphs_in_budget else 0.0)
+        lora = lora_slots_bytes(c, layers, first) + lora_profile_bytes(c)
+        first += layers
+        available = budget - on_gpu - fixed - lora - (graphs if c.vllm.cuda_graphs_in_budget else 0.0)
         token_bytes = round(per_layer * layers)
         tokens = int(max(available, 0) // (token_bytes * block)) * block if token_bytes else 0
         stages.append(StageMemory(i, layers, on_gpu, graphs, available, token_bytes, tokens))
     return tuple(stages)
+
+
+def lora_slots_bytes(c: ServingConfig, layers: int | None = None, first_layer: int = 0) -> float:
+    """The adapter slots and punica metadata on one GPU of a stage (default: the busiest stage), planner/lora.py."""
+    if c.lora is None:
+        return 0.0
+    m = c.model
+    if layers is None:
+        layers = stage_layers(m.num_layers, c.pipeline_parallel_size)
+    dtype_bytes = 4 if c.serving_dtype == "float32" else 2
+    slots = lora_memory.slot_bytes(m, c.tensor_parallel_size, layers, first_layer, c.lora, dtype_bytes=dtype_bytes)
+    return float(slots + lora_memory.punica_metadata_bytes(c.max_num_batched_tokens, c.max_num_seqs,
+                                                           c.lora.max_loras))
+
+
+def lora_profile_bytes(c: ServingConfig) -> float:
+    """What the profile run with dummy adapters adds to the activation peak (planner/lora.py)."""
+    return float(lora_memory.profile_bytes(c.model, c.max_num_batched_tokens, c.lora)) if c.lora else 0.0
 
 
 def activation_peak_bytes(c: ServingConfig) -> float:
@@ -178,6 +207,8 @@ def _graph_bytes(c: ServingConfig, layers: int) -> float:
     if c.enforce_eager:
         return 0.0
     sizes = c.vllm.cuda_graph_capture_sizes(c.max_num_seqs, c.max_num_batched_tokens)
+    if c.lora is not None:  # captured for no adapter and for max_loras + 1 (planner/lora.py)
+        sizes *= 2
     return _CUDA_GRAPH_BASE + layers * sizes * _CUDA_GRAPH_PER_LAYER_PER_SIZE
 
 
@@ -208,6 +239,13 @@ def structural_problems(c: ServingConfig) -> list[str]:
         problems.append(f"gpu_memory_utilization must be in (0, 1], got {c.gpu_memory_utilization}")
     if c.max_model_len < 1:
         problems.append("max_model_len must be at least 1")
+    if c.lora is not None:
+        unsupported = lora_memory.supported(m)
+        if unsupported:
+            problems.append(unsupported)
+        if c.lora.max_loras < 1 or c.lora.max_lora_rank not in lora_memory.VLLM_LORA_RANKS:
+            problems.append(f"max_loras must be at least 1 and max_lora_rank one of "
+                            f"{', '.join(map(str, lora_memory.VLLM_LORA_RANKS))}")
     if c.max_num_seqs < 1 or c.max_num_batched_tokens < 1:
         problems.append("max_num_seqs and max_num_batched_tokens must be at least 1")
     elif c.max_num_batched_tokens < c.max_num_seqs:
@@ -230,7 +268,8 @@ def estimate(c: ServingConfig) -> MemoryEstimate:
     non_torch = non_torch_bytes(c)
     graphs = cuda_graph_bytes(c)
     graphs_in_budget = graphs if c.vllm.cuda_graphs_in_budget else 0.0
-    available = budget - weights - activation - non_torch - graphs_in_budget
+    lora_slots, lora_profile = lora_slots_bytes(c), lora_profile_bytes(c)
+    available = budget - weights - activation - non_torch - graphs_in_budget - lora_slots - lora_profile
 
     per_token = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype)
     window_tokens = c.max_num_batched_tokens * c.vllm.sliding_window_batches
@@ -242,7 +281,12 @@ def estimate(c: ServingConfig) -> MemoryEstimate:
                        reserve_null_block=c.vllm.reserves_null_block, group_aware_size=c.vllm.group_aware_kv_size)
     tokens, capacity = room.tokens, room.largest_len
 
-    if weights > budget:
+    if weights <= budget and available <= 0 and lora_slots:
+        problems.append(f"no memory left for the KV cache: the budget of {budget / GIB:.1f} GiB is overdrawn by "
+                        f"{-available / GIB:.1f} GiB, {(lora_slots + lora_profile) / GIB:.2f} GiB of it for "
+                        f"{c.lora.max_loras if c.lora else 0} LoRA slots at rank "
+                        f"{c.lora.max_lora_rank if c.lora else 0}")
+    elif weights > budget:
         problems.append(f"weights need {weights / GIB:.1f} GiB per GPU but the budget is "
                         f"{budget / GIB:.1f} GiB ({c.gpu_memory_utilization:g} x {total / GIB:.1f} GiB)")
     elif available <= 0:
@@ -276,4 +320,6 @@ def estimate(c: ServingConfig) -> MemoryEstimate:
         max_model_len_capacity=capacity,
         max_model_len=c.max_model_len,
         problems=tuple(problems),
+        lora_slots_bytes=lora_slots,
+        lora_profile_bytes=lora_profile,
     )

@@ -8,6 +8,7 @@ from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
 from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.planner.lora import LoRASettings
 from llm_autopilot.planner.memory import MemoryEstimate
 from llm_autopilot.vllm.versions import VLLMBehaviour
 
@@ -45,6 +46,10 @@ class Targets:
     max_model_len_auto: bool = False
     #: the last resort: offload weights to host memory (``--cpu-offload-gb``), which is slow
     allow_cpu_offload: bool = False
+    #: ``spec.lora``: the adapter slots to reserve (``--enable-lora``); ``lora_min_slots`` is the number of pinned
+    #: adapters, below which a suggestion never lowers ``max_loras``
+    lora: LoRASettings | None = None
+    lora_min_slots: int = 0
 
 
 @dataclass(frozen=True)

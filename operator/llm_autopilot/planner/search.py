@@ -18,6 +18,7 @@ from llm_autopilot.domain.architecture import CheckpointQuantization, ModelArchi
 from llm_autopilot.domain.precision import GIB, KVCacheDtype, WeightFormat
 from llm_autopilot.planner.config import ServingConfig, weights_label
 from llm_autopilot.planner.kv_cache import largest_len_that_fits
+from llm_autopilot.planner.lora import VLLM_LORA_RANKS, LoRASettings
 from llm_autopilot.planner.memory import MemoryEstimate, estimate, gpu_weight_bytes, structural_problems
 from llm_autopilot.planner.plan import (
     BUDGET_HEADROOM,
@@ -177,6 +178,7 @@ def _config(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, layout: La
         weight_format=option.weight_format,
         kv_cache_dtype=kv,
         enforce_eager=t.enforce_eager,
+        lora=t.lora,
     )
 
 
@@ -413,6 +415,11 @@ def _reasons(req: PlanRequest, c: _Candidate) -> list[Reason]:
     _, _, seqs_why, tokens_why = _batch_settings(req)
     reasons.append(Reason("maxNumSeqs", str(cfg.max_num_seqs), seqs_why))
     reasons.append(Reason("maxNumBatchedTokens", str(cfg.max_num_batched_tokens), tokens_why))
+    if cfg.lora is not None:
+        reasons.append(Reason("lora", f"{cfg.lora.max_loras}x{cfg.lora.max_lora_rank}",
+                              f"{cfg.lora.max_loras} adapter slot(s) at rank {cfg.lora.max_lora_rank} reserved on "
+                              f"every GPU: {_gib(est.lora_slots_bytes)} per GPU, "
+                              f"{_gib(est.lora_profile_bytes)} more profile peak (derived from vLLM 0.33's source)"))
     reasons.append(Reason("enforceEager", str(cfg.enforce_eager).lower(),
                           "set in the spec: no CUDA graphs" if cfg.enforce_eager
                           else f"CUDA graphs on (about {_gib(est.cuda_graph_bytes)} per GPU)"))
@@ -496,4 +503,38 @@ def _suggestions(req: PlanRequest, minimum: int) -> list[str]:
                     best_len = max(best_len, _longest_len(cfg, probe, minimum, 1))
     if 0 < best_len < minimum:
         suggestions.append(f"lower minMaxModelLen to {best_len} (the longest that fits on {t.max_gpus} x {gpu})")
-    return suggestions
+    return _lora_suggestions(req) + suggestions
+
+
+def _lora_suggestions(req: PlanRequest) -> list[str]:
+    """With LoRA: the most slots (never below the pinned adapters) or the highest rank that fit as asked."""
+    t = req.targets
+    if t.lora is None or structural_problems(_config(req, _native_option(req), KVCacheDtype.AUTO, Layout(1), 1)):
+        return []
+    fits = []
+    slots = t.lora.max_loras - 1
+    while slots >= max(1, t.lora_min_slots):
+        if _fits_with(req, dataclasses.replace(t.lora, max_loras=slots)):
+            pinned = f"; never below the {t.lora_min_slots} pinned" if t.lora_min_slots else ""
+            fits.append(f"lower spec.lora.maxLoras to {slots} (from {t.lora.max_loras}{pinned})")
+            break
+        slots -= 1
+    lower_ranks = [r for r in reversed(VLLM_LORA_RANKS) if r < t.lora.max_lora_rank]
+    for rank in lower_ranks:
+        if _fits_with(req, dataclasses.replace(t.lora, max_lora_rank=rank)):
+            fits.append(f"lower spec.lora.maxLoraRank to {rank} (from {t.lora.max_lora_rank}; adapters of a higher "
+                        "rank are then refused)")
+            break
+    if KVCacheDtype.FP8 not in t.allowed_kv_cache_dtypes and _search(
+            req, max_gpus=t.max_gpus, formats=t.allowed_weight_formats,
+            kv_dtypes=(*t.allowed_kv_cache_dtypes, KVCacheDtype.FP8), concurrency=1) is not None:
+        fits.append(f"add fp8 to allowedKVCacheDtypes (keeps {t.lora.max_loras} slots at rank {t.lora.max_lora_rank} "
+                    f"on {t.max_gpus} x {req.gpu.display_name})")
+    return fits
+
+
+def _fits_with(req: PlanRequest, lora: LoRASettings) -> bool:
+    t = dataclasses.replace(req.targets, lora=lora)
+    changed = dataclasses.replace(req, targets=t)
+    return _search(changed, max_gpus=t.max_gpus, formats=t.allowed_weight_formats,
+                   kv_dtypes=t.allowed_kv_cache_dtypes, concurrency=1) is not None

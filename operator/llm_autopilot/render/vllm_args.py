@@ -13,7 +13,7 @@ from llm_autopilot.vllm.flags import flag_name, is_option, known_flags, normalis
 
 #: OWNED_FLAGS is the one table (api/serve_flags.py); re-exported for the callers of this module
 __all__ = ["OWNED_FLAGS", "ExtraArgRefused", "ServeOptions", "command_line", "conflicting_extra_args", "flags_in",
-           "render_vllm_args", "unknown_flags"]
+           "lora_args", "render_vllm_args", "unknown_flags"]
 
 VLLM_PORT = 8000
 
@@ -68,9 +68,33 @@ def render_vllm_args(plan: Plan, options: ServeOptions = ServeOptions()) -> list
         args.append("--enforce-eager")
     if c.cpu_offload_gib:
         args += ["--cpu-offload-gb", f"{c.cpu_offload_gib:g}"]
+    args += lora_args(plan)
     args += ["--port", str(options.port)]
     args += list(options.extra_args)
     return args
+
+
+def lora_args(plan: Plan) -> list[str]:
+    """``--enable-lora`` and its sizes, and ``--lora-modules name=path ...`` (one flag, nargs='+'); only the flags
+    the target version knows (all of them since 0.10.2, the oldest release in the flag table)."""
+    lora = plan.config.lora
+    if lora is None:
+        return []
+    known = known_flags(plan.config.vllm.version)
+    wanted: list[tuple[str, list[str]]] = [
+        ("--enable-lora", []),
+        ("--max-loras", [str(lora.max_loras)]),
+        ("--max-lora-rank", [str(lora.max_lora_rank)]),
+    ]
+    if lora.max_cpu_loras is not None:
+        wanted.append(("--max-cpu-loras", [str(lora.max_cpu_loras)]))
+    if lora.modules:
+        wanted.append(("--lora-modules", [f"{name}={path}" for name, path in lora.modules]))
+    missing = [flag for flag, _ in wanted if flag not in known]
+    if missing:
+        raise ValueError(f"vLLM {plan.config.vllm.version} has no {', '.join(missing)}: it cannot serve LoRA adapters "
+                         "as planned; choose a newer vllm.version")
+    return [part for flag, values in wanted for part in (flag, *values)]
 
 
 def command_line(plan: Plan, options: ServeOptions = ServeOptions()) -> str:

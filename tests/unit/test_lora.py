@@ -1,0 +1,253 @@
+"""LoRA adapter memory, derived from vLLM 0.33's source (planner/lora.py): hand-checked on Llama-3.1-8B."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from llm_autopilot.catalog.hf_config import parse_hf_config
+from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.domain.precision import GIB
+from llm_autopilot.planner import lora
+from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.planner.lora import LoRASettings
+from llm_autopilot.planner.memory import estimate
+from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest, Targets
+from llm_autopilot.planner.search import plan
+from llm_autopilot.vllm.versions import VLLMBehaviour
+from tests.conftest import gpu, model
+
+CONFIGS = Path("/work/shared/data/model-configs")
+
+
+def real_config(name: str) -> ModelArchitecture:
+    path = CONFIGS / f"{name}.json"
+    if not path.exists():  # the catalog holds the same config.json files
+        return model(name.replace("--", "/"))
+    return parse_hf_config(json.loads(path.read_text()), name.replace("--", "/"))
+
+
+def config(vllm: VLLMBehaviour, m: ModelArchitecture, **changes: object) -> ServingConfig:
+    base = ServingConfig(model=m, gpu=gpu("nvidia-h100-80gb"), vllm=vllm, tensor_parallel_size=1,
+                         pipeline_parallel_size=1, gpu_memory_utilization=0.9, max_model_len=8192,
+                         max_num_seqs=256, max_num_batched_tokens=2048)
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_llama_8b_slots_by_hand() -> None:
+    # Llama-3.1-8B: hidden 4096, 32 heads, 8 KV heads of 128, intermediate 14336, 32 layers, vocab 128256.
+    # Rank 16, one layer, one slot (elements):
+    #   qkv_proj  A 3 x 16 x 4096 = 196,608   B (4096 + 2 x 1024) x 16 = 98,304
+    #   o_proj    A 16 x 4096 = 65,536        B 4096 x 16 = 65,536
+    #   gate_up   A 2 x 16 x 4096 = 131,072   B 2 x 14336 x 16 = 458,752
+    #   down      A 16 x 14336 = 229,376      B 4096 x 16 = 65,536           -> 1,310,720 per layer
+    # 32 layers = 41,943,040; embed_tokens 128256 x 16 + 4096 x 16 = 2,117,632 and lm_head the same
+    # -> 46,178,304 elements x 2 bytes (bf16) = 92,356,608 bytes per slot (88.1 MiB).
+    m = real_config("meta-llama--Llama-3.1-8B-Instruct")
+    assert lora.layer_slot_elements(m, 1, 16, dense_mlp=True) == 1_310_720
+    one = lora.slot_bytes(m, 1, 32, 0, LoRASettings(1, 16), dtype_bytes=2)
+    assert one == 92_356_608
+    assert lora.slot_bytes(m, 1, 32, 0, LoRASettings(4, 16), dtype_bytes=2) == 4 * one
+    assert lora.slot_bytes(m, 1, 32, 0, LoRASettings(1, 64), dtype_bytes=2) == 4 * one  # linear in the rank
+
+
+def test_tensor_parallel_shards_only_the_column_b_and_row_a_halves() -> None:
+    # TP 2: qkv B (2048 + 2 x 512) x 16, o_proj A 16 x 2048, gate_up B 2 x 7168 x 16, down A 16 x 7168;
+    # the column A and row B halves, the embeddings and the LM head stay whole on every rank.
+    m = real_config("meta-llama--Llama-3.1-8B-Instruct")
+    tp2 = lora.layer_slot_elements(m, 2, 16, dense_mlp=True)
+    assert tp2 == 196_608 + 49_152 + 32_768 + 65_536 + 131_072 + 229_376 + 114_688 + 65_536
+    # KV heads never go below one per rank (replicated), as the KV projection is
+    m8 = lora.layer_slot_elements(m, 16, 16, dense_mlp=True)
+    assert m8 == 3 * 16 * 4096 + (256 + 2 * 128) * 16 + 16 * 256 + 4096 * 16 + 2 * 16 * 4096 + 2 * 896 * 16 \
+        + 16 * 896 + 4096 * 16
+
+
+def test_moe_experts_are_counted_per_expert() -> None:
+    m = real_config("Qwen--Qwen3-30B-A3B")
+    assert m.moe is not None
+    e, h, inter, r = m.moe.num_experts, m.hidden_size, m.moe.expert_intermediate_size, 16
+    dense = lora.layer_slot_elements(dataclasses.replace(m, moe=None), 1, r, dense_mlp=True)
+    attention = dense - (2 * r * h + 2 * m.intermediate_size * r + r * m.intermediate_size + h * r)
+    experts = e * r * (3 * h + 3 * inter) + r * h + e * r
+    assert lora.layer_slot_elements(m, 1, r, dense_mlp=False) == attention + experts
+
+
+def test_estimate_subtracts_slots_profile_and_doubles_graph_sizes(vllm033: VLLMBehaviour) -> None:
+    m = real_config("meta-llama--Llama-3.1-8B-Instruct")
+    base = estimate(config(vllm033, m))
+    with_lora = estimate(config(vllm033, m, lora=LoRASettings(4, 16)))
+    assert with_lora.lora_slots_bytes == pytest.approx(4 * 92_356_608 + lora.punica_metadata_bytes(2048, 256, 4))
+    assert with_lora.lora_profile_bytes == 3 * 2048 * 16 * 4
+    graphs_extra = with_lora.cuda_graph_bytes - base.cuda_graph_bytes
+    assert 0 < graphs_extra < base.cuda_graph_bytes  # the per-size part doubles, not the pool
+    assert base.kv_cache_bytes - with_lora.kv_cache_bytes == pytest.approx(
+        with_lora.lora_slots_bytes + with_lora.lora_profile_bytes + graphs_extra)
+    assert with_lora.as_dict()["lora_slots_gib"] == round(with_lora.lora_slots_bytes / GIB, 2)
+    assert "lora_slots_gib" not in base.as_dict()
+
+
+def test_mla_models_are_refused_not_guessed(vllm033: VLLMBehaviour) -> None:
+    m = real_config("deepseek-ai--DeepSeek-V3")
+    e = estimate(config(vllm033, m, tensor_parallel_size=8, lora=LoRASettings(1, 16)))
+    assert not e.fits and any("LoRA memory is not modelled" in p for p in e.problems)
+
+
+def test_rank_for_rounds_up_to_what_vllm_accepts() -> None:
+    assert [lora.rank_for(r) for r in (1, 2, 8, 9, 300, 512, 513)] == [1, 8, 8, 16, 320, 512, None]
+
+
+def test_planner_fits_lora_and_names_the_smallest_fix(vllm033: VLLMBehaviour) -> None:
+    m = model("Qwen/Qwen3-8B")
+    ok = plan(PlanRequest(m, gpu("nvidia-l4"), vllm033,
+                          Targets(max_model_len=8192, max_gpus=1, lora=LoRASettings(2, 16))))
+    assert isinstance(ok, Plan)
+    assert ok.estimate.lora_slots_bytes > 0 and any(r.field == "lora" for r in ok.reasons)
+    # 8 slots at rank 64 (~1.9 GiB per GPU) leave no KV room on one L4 next to 15.3 GiB of weights
+    too_many = plan(PlanRequest(m, gpu("nvidia-l4"), vllm033,
+                                Targets(max_model_len=8192, max_gpus=1, lora=LoRASettings(8, 64), lora_min_slots=2)))
+    assert isinstance(too_many, Infeasible)
+    assert "LoRA slots at rank 64" in too_many.message
+    assert too_many.suggestions[:2] == (
+        "lower spec.lora.maxLoras to 3 (from 8; never below the 2 pinned)",
+        "lower spec.lora.maxLoraRank to 16 (from 64; adapters of a higher rank are then refused)")
+    assert any("needs at least 2 x L4" in s for s in too_many.suggestions)
+    # never below the pinned adapters: with 4 pinned, 3 slots are not offered
+    pinned = plan(PlanRequest(m, gpu("nvidia-l4"), vllm033,
+                              Targets(max_model_len=8192, max_gpus=1, lora=LoRASettings(8, 64), lora_min_slots=4)))
+    assert isinstance(pinned, Infeasible) and not any("maxLoras" in s for s in pinned.suggestions)
+    # when the KV cache is what does not fit, fp8 KV keeps every slot
+    kv = plan(PlanRequest(m, gpu("nvidia-l4"), vllm033,
+                          Targets(max_model_len=16384, max_gpus=1, lora=LoRASettings(2, 16))))
+    assert isinstance(kv, Infeasible)
+    assert "add fp8 to allowedKVCacheDtypes (keeps 2 slots at rank 16 on 1 x L4)" in kv.suggestions
+
+
+# --- the API: spec.lora -> targets, arguments, status; refusals -------------------------------------------------
+
+import yaml  # noqa: E402
+from pydantic import ValidationError  # noqa: E402
+
+from llm_autopilot.api import convert  # noqa: E402
+from llm_autopilot.api.lora import AdapterConfig, lora_problems, parse_adapter_config  # noqa: E402
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec  # noqa: E402
+from llm_autopilot.controller.admission import review  # noqa: E402
+from llm_autopilot.render.vllm_args import conflicting_extra_args, render_vllm_args  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "qwen3-8b-l4-lora.yaml"
+
+
+def spec(**lora: object) -> LLMDeploymentSpec:
+    return LLMDeploymentSpec.model_validate({"model": {"name": "Qwen/Qwen3-8B"},
+                                             "gpu": {"product": "nvidia-l4", "maxGPUs": 1},
+                                             "serving": {"maxModelLen": 16384, "allowedKVCacheDtypes": ["auto", "fp8"]},
+                                             "lora": lora})
+
+
+ADAPTERS = [{"name": "support-bot", "source": "hf://org/support", "pinned": True},
+            {"name": "sql", "source": "org/sql"}]
+
+
+def test_spec_lora_renders_the_flags_and_the_status(vllm033: VLLMBehaviour) -> None:
+    s = spec(adapters=ADAPTERS, maxCPULoras=4)
+    t = convert.targets(s)
+    assert t.lora == LoRASettings(2, 16, 4, (("support-bot", "org/support"), ("sql", "org/sql")))
+    assert t.lora_min_slots == 1  # one pinned adapter
+    result = plan(PlanRequest(model("Qwen/Qwen3-8B"), gpu("nvidia-l4"), vllm033, t))
+    assert isinstance(result, Plan)
+    args = render_vllm_args(result)
+    tail = args[args.index("--enable-lora"):]
+    assert tail == ["--enable-lora", "--max-loras", "2", "--max-lora-rank", "16", "--max-cpu-loras", "4",
+                    "--lora-modules", "support-bot=org/support", "sql=org/sql", "--port", "8000"]
+    status = convert.plan_status(result, args)
+    assert status.lora_adapters == ["support-bot", "sql"]
+    dumped = status.model_dump(by_alias=True)["memory"]
+    assert dumped["loraSlotsGiB"] == round(result.estimate.lora_slots_bytes / GIB, 2) > 0
+    assert "loraProfileGiB" in dumped
+
+
+def test_the_lora_flags_are_owned() -> None:
+    assert conflicting_extra_args(["--max-loras=8", "--max_lora_rank", "64", "--enable-lora", "--lora-modules"]) == [
+        "--enable-lora", "--lora-modules", "--max-loras", "--max_lora_rank"]
+
+
+def test_default_rank_is_the_largest_adapter_rank_rounded_to_what_vllm_accepts() -> None:
+    s = spec(adapters=ADAPTERS)
+    t = convert.targets(s, adapter_configs={"support-bot": AdapterConfig(12, None), "sql": AdapterConfig(8, None)})
+    assert t.lora is not None and t.lora.max_lora_rank == 16
+    t = convert.targets(s, adapter_configs={"sql": AdapterConfig(40, None)})
+    assert t.lora is not None and t.lora.max_lora_rank == 64
+
+
+@pytest.mark.parametrize(("lora", "message"), [
+    ({"adapters": ADAPTERS, "maxLoras": 1, "maxCPULoras": 1} | {"adapters": [
+        {"name": "a", "source": "org/a", "pinned": True}, {"name": "b", "source": "org/b", "pinned": True}]},
+     "2 pinned adapters need 2 slots but maxLoras is 1; raise maxLoras to 2 or unpin some"),
+    ({"adapters": ADAPTERS, "maxLoras": 4, "maxCPULoras": 2}, "maxCPULoras (2) must be at least maxLoras (4)"),
+    ({"adapters": [{"name": "a", "source": "org/a"}, {"name": "a", "source": "org/b"}]}, "names must be unique"),
+    ({"adapters": [{"name": "a", "source": "org/a", "revision": "v2"}]}, "has no revision"),
+    ({"adapters": [{"name": "Qwen/Qwen3-8B", "source": "org/a"}]}, "is the base model's served name"),
+    ({"adapters": [{"name": "a=b", "source": "org/a"}]}, "String should match pattern"),
+    ({"maxLoras": 0}, "greater than or equal to 1"),
+    ({"maxLoras": 65}, "less than or equal to 64"),
+    ({"maxLoraRank": 24}, "Input should be 1, 8, 16, 32, 64, 128, 256, 320 or 512"),
+    ({"maxCPULoras": 1025}, "less than or equal to 1024"),
+])
+def test_spec_mistakes_are_refused_with_the_fix(lora: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        spec(**lora)
+
+
+def test_adapter_configs_refuse_a_higher_rank_and_another_base_model() -> None:
+    s = spec(adapters=ADAPTERS, maxLoraRank=16)
+    configs = {"support-bot": parse_adapter_config({"r": 8, "rank_pattern": {"q_proj": 32},
+                                                    "base_model_name_or_path": "Qwen/Qwen3-8B"}),
+               "sql": parse_adapter_config({"r": 16, "base_model_name_or_path": "meta-llama/Llama-3.1-8B"})}
+    assert configs["support-bot"] == AdapterConfig(32, "Qwen/Qwen3-8B")
+    assert lora_problems(s, configs) == [
+        "lora.adapters[0] (support-bot): rank 32 exceeds maxLoraRank 16; vLLM refuses to load it: raise "
+        "lora.maxLoraRank to 32 (every slot grows with it)",
+        "lora.adapters[1] (sql): its adapter_config.json says it was trained on meta-llama/Llama-3.1-8B, not "
+        "Qwen/Qwen3-8B; serve it on that model, or use an adapter of this one",
+    ]
+    # a trainer's local path says nothing; the hf:// prefix and case do not matter; unknown adapters pass
+    fine = {"support-bot": AdapterConfig(8, "/data/base"), "sql": AdapterConfig(16, "hf://qwen/qwen3-8b")}
+    assert lora_problems(s, fine) == [] and lora_problems(s, {}) == []
+
+
+def test_the_example_is_admitted(vllm033: VLLMBehaviour) -> None:
+    obj = yaml.safe_load(EXAMPLE.read_text())
+    verdict = review(obj["spec"], "0.33.0", name=obj["metadata"]["name"])
+    assert verdict.allowed, verdict.message
+    s = LLMDeploymentSpec.model_validate(obj["spec"])
+    result = plan(PlanRequest(model("Qwen/Qwen3-8B"), gpu("nvidia-l4"), vllm033, convert.targets(s)))
+    assert isinstance(result, Plan) and result.estimate.lora_slots_bytes > 0
+
+
+# --- reading adapter_config.json from a Hub-shaped server (hack/hub_server.py, no internet) ----------------------
+
+from hack.hub_server import FakeHub, Repo  # noqa: E402
+
+from llm_autopilot.hub.client import HubClient, ModelFetchError, fetch_adapter_config  # noqa: E402
+
+
+def test_adapter_config_is_read_through_the_hub_client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    hub = FakeHub()
+    raw = {"r": 32, "base_model_name_or_path": "Qwen/Qwen3-8B", "target_modules": ["q_proj", "v_proj"]}
+    hub.repos["org/support"] = Repo({"adapter_config.json": json.dumps(raw).encode()})
+    hub.repos["org/empty"] = Repo({"README.md": b"no adapter here"})
+    hub.start()
+    try:
+        client = HubClient(endpoint=hub.endpoint, cache_dir=str(tmp_path / "cache"))
+        found = fetch_adapter_config(client, "org/support")
+        assert found == raw and parse_adapter_config(found) == AdapterConfig(32, "Qwen/Qwen3-8B")
+        assert fetch_adapter_config(client, "org/empty") is None
+        with pytest.raises(ModelFetchError, match="LoRA adapter org/missing was not found on the Hub"):
+            fetch_adapter_config(client, "org/missing")
+    finally:
+        hub.stop()
