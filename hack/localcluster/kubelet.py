@@ -384,7 +384,7 @@ def _handler(kubelet: Kubelet) -> type[BaseHTTPRequestHandler]:
                 return
             previous = query.get("previous", ["false"])[0] == "true"
             instance = c.restart_count - 1 if previous else c.restart_count
-            if c.instance is None and not previous and c.last_exit is not None:
+            if c.instance is None and not previous and c.last_exit is not None and not c.terminated:
                 instance = c.restart_count - 1  # between instances, the newest log is the last one's
             path = worker.log_path(container, instance)
             if instance < 0 or not path.is_file():

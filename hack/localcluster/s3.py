@@ -95,6 +95,8 @@ def weed_args(cluster: Cluster) -> list[str]:
         f"-filer.port={p['seaweedfs-filer']}", f"-filer.port.grpc={p['seaweedfs-filer-grpc']}",
         f"-s3.port={p['seaweedfs-s3']}", f"-s3.port.grpc={p['seaweedfs-s3-grpc']}",
         "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false", "-admin.ui=false",
+        # its admin server still runs (on 127.0.0.1): on this cluster's ports, without the legacy listener
+        f"-admin.port={p['seaweedfs-admin']}", f"-admin.port.grpc={p['seaweedfs-admin-grpc']}", "-admin.port.legacy=0",
         "-master.telemetry=false",
         f"-filer.localSocket={cluster.root / 'run' / 'seaweedfs-filer.sock'}",
         f"-s3.localSocket={cluster.root / 'run' / 'seaweedfs-s3.sock'}",

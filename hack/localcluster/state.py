@@ -36,6 +36,8 @@ PORT_OFFSETS: dict[str, int] = {
     "seaweedfs-volume-grpc": 17,
     "seaweedfs-filer": 18,
     "seaweedfs-filer-grpc": 19,
+    "seaweedfs-admin": 20,  # weed mini's admin server (no UI), on 127.0.0.1
+    "seaweedfs-admin-grpc": 21,
     # KEDA (hack/localcluster/keda.py)
     "keda-operator-metrics": 60,
     "keda-operator-probe": 61,
