@@ -35,6 +35,10 @@ KWOK_VERSION = "v0.8.0"  # sigs.k8s.io/kwok
 KSM_VERSION = "v2.20.0"  # k8s.io/kube-state-metrics/v2
 KEDA_VERSION = "v2.21.0"  # github.com/kedacore/keda/v2 (operator and metrics API server)
 KEDA_MODULE = "github.com/kedacore/keda/v2"
+# SeaweedFS (the S3-compatible store, Apache-2.0) publishes no tagged Go module versions; this is the pseudo-version
+# the module proxy serves. Its go.mod says `go 1.26.6` and replaces a module, which the wrapper repeats.
+SEAWEEDFS_VERSION = "v0.0.0-20261109003541-7506e5f91cd6"
+SEAWEEDFS_MODULE = "github.com/seaweedfs/seaweedfs"
 # KEDA's go.mod replaces this module (a licence fix); a `replace` binds only the main module, so the wrapper
 # repeats it (`pin` copies every replace of KEDA's go.mod).
 
@@ -62,6 +66,10 @@ def ksm_version_ldflags(version: str) -> list[str]:
 
 def keda_version_ldflags(version: str) -> list[str]:
     return [f"-X {KEDA_MODULE}/version.Version={version.lstrip('v')}", f"-X {KEDA_MODULE}/version.GitCommit={version}"]
+
+
+def seaweedfs_version_ldflags(version: str) -> list[str]:
+    return [f"-X {SEAWEEDFS_MODULE}/weed/util/version.COMMIT={version.rsplit('-', 1)[-1]}"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +153,14 @@ BINARIES: dict[str, Binary] = {
             pin_module=KEDA_MODULE,
             wrapper="keda",
             ldflags=keda_version_ldflags,
+        ),
+        Binary(
+            name="seaweedfs",  # the `weed` command: master, volume server, filer and S3 gateway in one binary
+            version=SEAWEEDFS_VERSION,
+            package=f"{SEAWEEDFS_MODULE}/weed",
+            pin_module=SEAWEEDFS_MODULE,
+            wrapper="seaweedfs",
+            ldflags=seaweedfs_version_ldflags,
         ),
     )
 }
@@ -286,15 +302,18 @@ def write_wrapper(
     header: str,
     *,
     godebug: Sequence[str] = (),
+    go_version: str = "1.26.0",
 ) -> None:
-    """Write hack/tools/<name>/{go.mod,tools.go} and resolve go.sum with `go mod tidy`."""
+    """Write hack/tools/<name>/{go.mod,tools.go} and resolve go.sum with `go mod tidy`.
+
+    A ``replaces`` value is a version (the same module at that version) or ``"other/module version"``."""
     wrapper = TOOLS_DIR / name
     wrapper.mkdir(parents=True, exist_ok=True)
-    lines = [f"module llm-autopilot/hack/tools/{name}", "", "go 1.26.0", ""]
+    lines = [f"module llm-autopilot/hack/tools/{name}", "", f"go {go_version}", ""]
     lines += [*godebug, ""] if godebug else []
     lines += ["require ("] + [f"\t{m} {v}" for m, v in requires.items()] + [")", ""]
     if replaces:
-        lines += ["replace ("] + [f"\t{m} => {m} {v}" for m, v in replaces.items()] + [")"]
+        lines += ["replace ("] + [f"\t{m} => {v if ' ' in v else f'{m} {v}'}" for m, v in replaces.items()] + [")"]
     (wrapper / "go.mod").write_text("\n".join(lines) + "\n")
     body = "\n".join(f'\t_ "{imp}"' for imp in imports)
     (wrapper / "tools.go").write_text(
@@ -339,4 +358,15 @@ def pin() -> None:
         [BINARIES[n].package for n in ("keda-adapter", "keda-operator")],
         f"pins {KEDA_MODULE} {KEDA_VERSION} for hack/cluster.py. KEDA's go.mod\n"
         "// replaces some modules, which only its main module sees, so the wrapper repeats them.",
+    )
+    seaweedfs = go_mod_download(SEAWEEDFS_MODULE, SEAWEEDFS_VERSION)
+    seaweedfs_mod = Path(seaweedfs["GoMod"]).read_text()
+    write_wrapper(
+        "seaweedfs",
+        {SEAWEEDFS_MODULE: SEAWEEDFS_VERSION},
+        dict(re.findall(r"^replace (\S+) => (\S+ \S+)$", seaweedfs_mod, re.M)),
+        [BINARIES["seaweedfs"].package],
+        f"pins {SEAWEEDFS_MODULE} {SEAWEEDFS_VERSION} for hack/cluster.py.\n"
+        "// SeaweedFS's go.mod replaces some modules, which only its main module sees, so the wrapper repeats them.",
+        go_version=re.search(r"^go (\S+)$", seaweedfs_mod, re.M).group(1),  # type: ignore[union-attr]
     )

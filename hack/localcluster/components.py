@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from . import keda, vllm_cpu
+from . import keda, local_path, s3, vllm_cpu
 from .api import Api, http_ok
 from .binaries import BINARIES
 from .kubelet import cleanup_host
@@ -322,6 +322,16 @@ COMPONENTS: tuple[Component, ...] = (
         ports=("scheduler",),
     ),
     Component(
+        "local-path-provisioner",
+        "local-path-provisioner",
+        lambda c: [str(HACK_DIR / "local_path_provisioner.py"), f"--port={c.ports['local-path-provisioner']}"],
+        lambda c: http_ok(f"http://127.0.0.1:{c.ports['local-path-provisioner']}/healthz"),
+        ports=("local-path-provisioner",),
+        system_binary=Path(sys.executable).resolve(),
+        optional=True,
+        after_stop=local_path.detach_all,
+    ),
+    Component(
         "kwok",
         "kwok",
         kwok_args,
@@ -343,11 +353,35 @@ COMPONENTS: tuple[Component, ...] = (
     Component(
         "hub",
         "hub",
-        lambda c: [str(HACK_DIR / "hub_server.py"), f"--port={c.ports['hub']}", f"--cache={vllm_cpu.models_cache()}"],
+        # on loopback and on the pod bridge's gateway, where pods reach it (their HF_ENDPOINT)
+        lambda c: [str(HACK_DIR / "hub_server.py"), f"--port={c.ports['hub']}", f"--cache={vllm_cpu.models_cache()}",
+                   "--listen=127.0.0.1", f"--listen={c.pod_bridge.gateway}"],
         lambda c: http_ok(f"{c.hub_url}/healthz"),
         ports=("hub",),
         system_binary=Path(sys.executable).resolve(),
         optional=True,
+    ),
+    Component(
+        "s3-access-log",
+        "s3-access-log",
+        s3.access_log_args,
+        s3.access_log_healthy,
+        ports=(),
+        system_binary=Path(sys.executable).resolve(),
+        optional=True,
+    ),
+    Component(
+        "seaweedfs",
+        "seaweedfs",
+        s3.weed_args,
+        s3.healthy,
+        ports=("seaweedfs-s3", "seaweedfs-s3-grpc", "seaweedfs-master", "seaweedfs-master-grpc", "seaweedfs-volume",
+               "seaweedfs-volume-grpc", "seaweedfs-filer", "seaweedfs-filer-grpc", "seaweedfs-admin",
+               "seaweedfs-admin-grpc"),
+        start_timeout=120.0,
+        before_start=s3.prepare,
+        optional=True,
+        env=s3.process_env,
     ),
     Component(
         "kube-state-metrics",

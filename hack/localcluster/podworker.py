@@ -4,9 +4,17 @@ Follows the kubelet's rules where the operator can see them:
 - probes: the startup probe first (every ``periodSeconds``; ``failureThreshold`` misses kill the container),
   then readiness (Ready) and liveness (``failureThreshold`` misses kill the container); HTTP GET to the pod
   IP, success on 200-399 within ``timeoutSeconds``;
-- restarts (``restartPolicy: Always``): the first restart at once, then the kubelet's crash-loop back-off,
-  10 s doubling to 300 s, forgotten after 10 minutes without a crash (``initialCrashLoopBackOff``,
-  ``MaxContainerBackOff``, flowcontrol's 2 x max expiry), shown as ``waiting: CrashLoopBackOff``;
+- restarts (``restartPolicy: Always``, and ``OnFailure`` after a non-zero exit): the first restart at once, then
+  the kubelet's crash-loop back-off, 10 s doubling to 300 s, forgotten after 10 minutes without a crash
+  (``initialCrashLoopBackOff``, ``MaxContainerBackOff``, flowcontrol's 2 x max expiry), shown as
+  ``waiting: CrashLoopBackOff``; with ``Never`` (or ``OnFailure`` after exit 0) the container stays
+  ``terminated`` and once every container has, the pod's phase is ``Succeeded`` (all exited 0) or ``Failed``:
+  what the Job controller counts;
+- volumes: ``emptyDir`` (a fresh per-pod folder, or a tmpfs for ``medium: Memory``) and
+  ``persistentVolumeClaim`` (the bound PersistentVolume's hostPath/local folder), bind-mounted in the
+  container's own mount namespace, read-only when the volumeMount or the claim's volume source says
+  ``readOnly`` (a write gets EROFS); ``subPath`` too. Nothing else of the host is given: a container's HOME,
+  unless its spec sets one, is a fresh empty folder per container instance (its image's writable layer);
 - ``lastState.terminated`` with exitCode, reason (``OOMKilled`` from the memory cgroup), times, and with
   ``FallbackToLogsOnError`` the last 80 lines / 2048 bytes of the log as the message, for a non-zero exit;
 - the log of the current and the previous instance stay readable (``pods/log``, ``previous=true``).
@@ -37,6 +45,7 @@ MAX_BACKOFF = 300.0
 TICK = 0.5
 #: a terminating pod's containers get at most this long: the tests' patience, not the pod's 60 s
 MAX_GRACE_SECONDS = 15.0
+VOLUME_RETRY_SECONDS = 2.0
 
 _QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
@@ -102,6 +111,7 @@ class Container:
     liveness: Probe | None = None
     started: bool = False  # the startup probe passed (or there is none)
     ready: bool = False
+    terminated: bool = False  # exited and not restarted (restartPolicy Never / OnFailure after exit 0)
 
     @property
     def name(self) -> str:
@@ -117,13 +127,57 @@ class Container:
 
 
 @dataclasses.dataclass(frozen=True)
+class Image:
+    """A container "image": the $PATH its command is resolved on (a virtual environment first)."""
+
+    path: str
+    problem: str | None  # why it cannot run here (e.g. vLLM not installed), else None
+
+
+@dataclasses.dataclass(frozen=True)
 class Environment:
     """What the kubelet gives every container on its nodes."""
 
-    path: str  # $PATH: the CPU vLLM's venv first (the "image")
+    images: dict[str, Image]  # by the command's first word; "" for every other command (the CPU vLLM)
     base_env: dict[str, str]
     extra_args: Callable[[dict[str, Any], str], list[str]]  # documented CPU stand-ins: (container spec, node)
-    image_problem: str | None  # why no container can run here (e.g. vLLM not installed), else None
+
+    def image(self, spec: dict[str, Any]) -> Image:
+        argv = [*(spec.get("command") or []), *(spec.get("args") or [])]
+        first = Path(argv[0]).name if argv else ""
+        return self.images.get(first) or self.images[""]
+
+
+class VolumeNotReady(runtime.StartError):
+    """A volume cannot be mounted yet (unbound claim, missing volume): the kubelet retries soon (FailedMount)."""
+
+
+def restarts(policy: str | None, exit_code: int) -> bool:
+    """Whether the kubelet starts a container again after it exited with ``exit_code``."""
+    return policy not in ("Never", "OnFailure") or (policy == "OnFailure" and exit_code != 0)
+
+
+def claim_source(claim: dict[str, Any] | None, volume: dict[str, Any] | None, claim_name: str) -> Path:
+    """The host folder of a claim's PersistentVolume; raises VolumeNotReady with the kubelet's kind of message."""
+    if claim is None:
+        raise VolumeNotReady("ContainerCreating", f'persistentvolumeclaim "{claim_name}" not found')
+    phase = (claim.get("status") or {}).get("phase")
+    pv_name = (claim.get("spec") or {}).get("volumeName")
+    if phase != "Bound" or not pv_name:
+        raise VolumeNotReady("ContainerCreating", f'persistentvolumeclaim "{claim_name}" is not bound (phase {phase})')
+    if volume is None:
+        raise VolumeNotReady("ContainerCreating", f'persistentvolume "{pv_name}" of claim "{claim_name}" not found')
+    spec = volume.get("spec") or {}
+    path = (spec.get("hostPath") or {}).get("path") or (spec.get("local") or {}).get("path")
+    if not path:
+        kinds = [k for k in spec if k not in ("accessModes", "capacity", "claimRef", "persistentVolumeReclaimPolicy",
+                                              "storageClassName", "volumeMode", "nodeAffinity", "mountOptions")]
+        raise runtime.StartError("CreateContainerConfigError",
+                                 f'persistentvolume "{pv_name}" ({", ".join(kinds) or "no source"}): the process '
+                                 "kubelet mounts hostPath and local PersistentVolumes only")
+    if not Path(path).is_dir():
+        raise VolumeNotReady("ContainerCreating", f'persistentvolume "{pv_name}": {path} does not exist on the node')
+    return Path(path)
 
 
 class PodWorker(threading.Thread):
@@ -196,6 +250,8 @@ class PodWorker(threading.Thread):
 
     def _sync(self, c: Container) -> None:
         now = time.monotonic()
+        if c.terminated:
+            return
         if c.instance is not None:
             if c.instance.exited() is not None:
                 self._finished(c, now)
@@ -210,7 +266,8 @@ class PodWorker(threading.Thread):
         self._start(c)
 
     def _start(self, c: Container) -> None:
-        env_problem = self.kubelet.environment.image_problem
+        image = self.kubelet.environment.image(c.spec)
+        env_problem = image.problem
         if env_problem:
             if c.waiting != ("ErrImageNeverPull", env_problem):
                 self.kubelet.event(self.pod, "Warning", "ErrImageNeverPull", env_problem)
@@ -224,9 +281,16 @@ class PodWorker(threading.Thread):
             argv = [*(c.spec.get("command") or []), *(c.spec.get("args") or [])]
             argv += self.kubelet.environment.extra_args(c.spec, self.kubelet_node)
             c.oom_kills_before = 0
+            mounts = self._mounts(c)
             c.instance = runtime.start(network=self.network, cgroup=cgroup, memory_limit_bytes=limit, argv=argv,
-                                       env=env, path=self.kubelet.environment.path, workdir=self.dir / "workdir",
-                                       log_path=self.log_path(c.name, c.restart_count), mounts=self._mounts(c))
+                                       env=env, path=image.path, workdir=self.dir / "workdir",
+                                       log_path=self.log_path(c.name, c.restart_count), mounts=mounts)
+        except VolumeNotReady as exc:
+            if c.waiting != (exc.reason, exc.message):
+                self.kubelet.event(self.pod, "Warning", "FailedMount", exc.message)
+            c.waiting = (exc.reason, exc.message)
+            c.restart_at = time.monotonic() + VOLUME_RETRY_SECONDS
+            return
         except runtime.StartError as exc:
             c.waiting = (exc.reason, exc.message)
             c.restart_at = time.monotonic() + INITIAL_BACKOFF
@@ -240,27 +304,62 @@ class PodWorker(threading.Thread):
         self.kubelet.event(self.pod, "Normal", "Started", f"Started container {c.name}")
 
     def _mounts(self, c: Container) -> tuple[runtime.Mount, ...]:
-        """The container's volume mounts; the process kubelet has emptyDir volumes only."""
+        """The container's volume mounts: emptyDir and persistentVolumeClaim volumes."""
         volumes = {v["name"]: v for v in self.pod["spec"].get("volumes") or []}
         mounts = []
         for mount in c.spec.get("volumeMounts") or []:
             volume = volumes.get(mount["name"]) or {}
             if "projected" in volume and mount.get("mountPath") == SERVICE_ACCOUNT_MOUNT:
                 continue  # the admission-injected token: nothing here talks to the API server from a pod
+            read_only = bool(mount.get("readOnly"))
+            sub_path = str(mount.get("subPath") or "")
+            if sub_path.startswith("/") or ".." in Path(sub_path).parts:
+                raise runtime.StartError("CreateContainerConfigError",
+                                         f"volume {mount['name']!r}: subPath {sub_path!r} must be a relative path "
+                                         "without '..'")
+            if "persistentVolumeClaim" in volume:
+                source = volume["persistentVolumeClaim"] or {}
+                folder = self._claim_folder(str(source.get("claimName", "")))
+                read_only = read_only or bool(source.get("readOnly"))
+                target = folder / sub_path if sub_path else folder
+                if sub_path and not target.exists() and read_only:
+                    raise VolumeNotReady("CreateContainerConfigError",
+                                         f"volume {mount['name']!r}: subPath {sub_path!r} does not exist on the "
+                                         "read-only volume")
+                mounts.append(runtime.Mount(target=mount["mountPath"], source=target, read_only=read_only,
+                                            create_source=bool(sub_path)))
+                continue
             if "emptyDir" not in volume:
                 kind = next((k for k in volume if k != "name"), "missing")
                 raise runtime.StartError("CreateContainerConfigError",
                                          f"volume {mount['name']!r} ({kind}): the process kubelet mounts emptyDir "
-                                         "volumes only")
+                                         "and persistentVolumeClaim volumes only")
             empty_dir = volume["emptyDir"] or {}
             memory = empty_dir.get("medium") == "Memory"
+            folder = self.dir / "volumes" / mount["name"]
             mounts.append(runtime.Mount(
-                target=mount["mountPath"], source=None if memory else self.dir / "volumes" / mount["name"],
-                size_bytes=quantity_bytes(empty_dir.get("sizeLimit")), read_only=bool(mount.get("readOnly"))))
+                target=mount["mountPath"], source=None if memory else (folder / sub_path if sub_path else folder),
+                size_bytes=quantity_bytes(empty_dir.get("sizeLimit")), read_only=read_only))
         return tuple(mounts)
+
+    def _claim_folder(self, claim_name: str) -> Path:
+        code, claim = self.kubelet.api.request(
+            "GET", f"/api/v1/namespaces/{self.namespace}/persistentvolumeclaims/{claim_name}")
+        claim = claim if code == 200 and isinstance(claim, dict) else None
+        volume = None
+        pv_name = ((claim or {}).get("spec") or {}).get("volumeName")
+        if pv_name:
+            code, body = self.kubelet.api.request("GET", f"/api/v1/persistentvolumes/{pv_name}")
+            volume = body if code == 200 and isinstance(body, dict) else None
+        return claim_source(claim, volume, claim_name)
 
     def _env(self, c: Container) -> dict[str, str]:
         env = dict(self.kubelet.environment.base_env)
+        # the image's HOME: empty at every start, as a fresh container's writable layer (never the host's)
+        home = self.dir / "rootfs" / f"{c.name}-{c.restart_count}" / "root"
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        env["HOME"] = str(home)
         for var in c.spec.get("env") or []:
             if "value" in var:
                 env[var["name"]] = str(var["value"])
@@ -349,6 +448,11 @@ class PodWorker(threading.Thread):
                          f"peak memory {ended.peak_memory_bytes / 2**20:.0f} MiB")
         if ended.reason == "OOMKilled":
             self.kubelet.event(self.pod, "Warning", "OOMKilled", f"Container {c.name} was OOM-killed (memory limit)")
+        if not restarts(self.pod["spec"].get("restartPolicy"), ended.exit_code):
+            c.terminated, c.waiting = True, None
+            if all(other.terminated for other in self.containers):
+                self.network.teardown()  # the sandbox goes; the pod object, its status and logs stay
+            return
         wait, c.backoff = crash_backoff(c.backoff, c.backoff_updated, now)
         c.backoff_updated = now
         c.restart_at = now + wait
@@ -380,7 +484,9 @@ class PodWorker(threading.Thread):
     def _status(self) -> dict[str, Any]:
         statuses = [self._container_status(c) for c in self.containers]
         all_ready = all(c.ready for c in self.containers)
-        running = any(c.instance is not None or c.restart_count for c in self.containers)
+        running = any(c.instance is not None or c.restart_count or c.terminated for c in self.containers)
+        finished = all(c.terminated for c in self.containers)
+        succeeded = finished and all(c.last_exit is not None and c.last_exit.exit_code == 0 for c in self.containers)
         now = rfc3339_nano()
         previous = {c.get("type"): c for c in (self.pod.get("status") or {}).get("conditions") or []}
 
@@ -393,16 +499,17 @@ class PodWorker(threading.Thread):
                 out["reason"] = reason
             return out
 
+        not_ready = "PodCompleted" if finished else "ContainersNotReady"
         conditions = [
-            condition("PodReadyToStartContainers", self.network_error is None),
+            condition("PodReadyToStartContainers", self.network_error is None and not finished),
             condition("Initialized", True),
-            condition("Ready", all_ready, "ContainersNotReady"),
-            condition("ContainersReady", all_ready, "ContainersNotReady"),
+            condition("Ready", all_ready, not_ready),
+            condition("ContainersReady", all_ready, not_ready),
         ]
         if "PodScheduled" in previous:
             conditions.append(previous["PodScheduled"])
         status: dict[str, Any] = {
-            "phase": "Running" if running else "Pending",
+            "phase": ("Succeeded" if succeeded else "Failed") if finished else "Running" if running else "Pending",
             "conditions": conditions,
             "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
             "startTime": self.started_at,
@@ -417,21 +524,27 @@ class PodWorker(threading.Thread):
         state: dict[str, Any]
         if c.instance is not None:
             state = {"running": {"startedAt": c.instance.started_at}}
+        elif c.terminated and c.last_exit is not None:
+            state = {"terminated": self._terminated(c, c.last_exit)}
         else:
             reason, message = c.waiting or ("ContainerCreating", "")
             state = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
         last: dict[str, Any] = {}
-        if c.last_exit is not None:
-            terminated = {"exitCode": c.last_exit.exit_code, "reason": c.last_exit.reason,
-                          "startedAt": c.last_exit.started_at, "finishedAt": c.last_exit.finished_at,
-                          "containerID": c.last_exit.container_id}
-            if c.last_message:
-                terminated["message"] = c.last_message
-            last = {"terminated": terminated}
+        if c.last_exit is not None and not c.terminated:
+            last = {"terminated": self._terminated(c, c.last_exit)}
         return {"name": c.name, "image": c.spec.get("image", ""), "imageID": "", "ready": c.ready,
                 "started": c.instance is not None and c.started, "restartCount": c.restart_count,
                 "state": state, "lastState": last,
                 **({"containerID": c.instance.container_id} if c.instance is not None else {})}
+
+    @staticmethod
+    def _terminated(c: Container, ended: runtime.Exit) -> dict[str, Any]:
+        terminated: dict[str, Any] = {"exitCode": ended.exit_code, "reason": ended.reason,
+                                      "startedAt": ended.started_at, "finishedAt": ended.finished_at,
+                                      "containerID": ended.container_id}
+        if c.last_message:
+            terminated["message"] = c.last_message
+        return terminated
 
     def _report(self) -> None:
         status = self._status()

@@ -31,12 +31,14 @@ _ENTER_CGROUP = 'echo $$ > "$0" && exec "$@"'
 
 @dataclasses.dataclass(frozen=True)
 class Mount:
-    """An emptyDir volume mount: a per-pod folder bound at ``target``, or a tmpfs (``medium: Memory``)."""
+    """A volume mount: a host folder bound at ``target`` (an emptyDir's per-pod folder, a PersistentVolume's
+    folder), or a tmpfs (``medium: Memory``); in the container's own mount namespace only."""
 
     target: str
     source: Path | None = None  # None: a tmpfs
     size_bytes: int | None = None
     read_only: bool = False
+    create_source: bool = True  # an emptyDir's folder is made on first use; a PersistentVolume's must exist
 
     def shell(self) -> str:
         target = shlex.quote(self.target)
@@ -97,12 +99,14 @@ def start(*, network: PodNetwork, cgroup: MemoryCgroup, memory_limit_bytes: int 
     executable = resolve(argv[0], path) if argv else None
     if executable is None:
         raise StartError("CreateContainerError", f'executable "{argv[0] if argv else ""}" not found in $PATH ({path})')
+    for mount in mounts:
+        if mount.source is not None and mount.create_source:
+            mount.source.mkdir(parents=True, exist_ok=True)
+        elif mount.source is not None and not mount.source.is_dir():
+            raise StartError("CreateContainerConfigError", f"volume source {mount.source} does not exist")
     cgroup.create(memory_limit_bytes)
     workdir.mkdir(parents=True, exist_ok=True)
     log = LogWriter(log_path)
-    for mount in mounts:
-        if mount.source is not None:
-            mount.source.mkdir(parents=True, exist_ok=True)
     # into the cgroup first: `ip netns exec` mounts the namespace's own /sys, which hides the cgroup tree;
     # then a private mount namespace for the volumes, then the pod's network namespace
     volumes = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from .binaries import BINARIES
 from .paths import ClusterError, log, state_dir
+from .podnet import Bridge
 
 DEFAULT_PORT_BASE = 26400
 # Offsets inside the port block; kept stable so logs and docs stay readable.
@@ -25,6 +26,18 @@ PORT_OFFSETS: dict[str, int] = {
     "kube-state-metrics-telemetry": 82,
     "prometheus": 90,
     "hub": 91,  # a Hub-shaped server for the tiny models (hack/hub_server.py)
+    "local-path-provisioner": 92,  # its /healthz (hack/localcluster/local_path.py)
+    # SeaweedFS, the S3-compatible store (hack/localcluster/s3.py), on the pod bridge's gateway address
+    "seaweedfs-s3": 12,
+    "seaweedfs-s3-grpc": 13,
+    "seaweedfs-master": 14,
+    "seaweedfs-master-grpc": 15,
+    "seaweedfs-volume": 16,
+    "seaweedfs-volume-grpc": 17,
+    "seaweedfs-filer": 18,
+    "seaweedfs-filer-grpc": 19,
+    "seaweedfs-admin": 20,  # weed mini's admin server (no UI), on 127.0.0.1
+    "seaweedfs-admin-grpc": 21,
     # KEDA (hack/localcluster/keda.py)
     "keda-operator-metrics": 60,
     "keda-operator-probe": 61,
@@ -136,6 +149,11 @@ class Cluster:
     def hub_url(self) -> str:
         """The local Hub-shaped server: point HF_ENDPOINT here to resolve the tiny models' ids."""
         return f"http://127.0.0.1:{self.ports['hub']}"
+
+    @property
+    def pod_bridge(self) -> Bridge:
+        """The process kubelet's pod bridge; its gateway address is where pods reach the host (the hub, S3)."""
+        return Bridge.for_port_base(int(self.ports["apiserver"]) - PORT_OFFSETS["apiserver"])
 
     @property
     def prometheus_url(self) -> str:

@@ -198,6 +198,15 @@ def offline_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def container_env(base: dict[str, str]) -> dict[str, str]:
+    """What a vLLM container on the process kubelet starts with: CPU target, no usage reports, and online: its
+    model comes from the Hub (the local cluster's Hub-shaped server) into whatever the pod mounts."""
+    env = offline_env(base)
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        env.pop(name)
+    return env
+
+
 def main(argv: list[str]) -> int:
     """``cluster.py vllm [install|path|status|models]``."""
     command = argv[0] if argv else "install"

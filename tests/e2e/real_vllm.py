@@ -2,7 +2,8 @@
 
 The process kubelet (hack/localcluster/kubelet.py) runs the pool's pods as real processes; the local
 Hub-shaped server (the cluster's ``hub`` component) answers for the tiny models, so the operator resolves them
-as it would any Hub model; Prometheus scrapes the pods' real ``/metrics``.
+as it would any Hub model, and each vLLM pod downloads its model from it into the pod's own emptyDir HOME (no
+pod is given a pre-filled cache); Prometheus scrapes the pods' real ``/metrics``.
 """
 
 from __future__ import annotations
@@ -67,6 +68,17 @@ def operator_for(kubectl: Kubectl, namespace: str, workdir: Path) -> Iterator[Op
     finally:
         operator.stop()
         sys.stderr.write(f"operator log: {operator.log}\n")
+
+
+def hub_downloads(kubectl: Kubectl, since: float, clients: set[str] | None = None) -> list[dict[str, Any]]:
+    """The file downloads the local Hub logged since ``since`` (epoch seconds), from ``clients`` (pod IPs) if given."""
+    found = []
+    for text in Path(kubectl.env["LLM_AUTOPILOT_HUB_LOG"]).read_text(errors="replace").splitlines():
+        if text.startswith("{"):
+            line = json.loads(text)
+            if line["download"] and line["time"] >= since and (clients is None or line["client"] in clients):
+                found.append(line)
+    return found
 
 
 def tiny(name: str, **spec: Any) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from tests.e2e.real_vllm import (
     complete,
     describe,
     history,
+    hub_downloads,
     kv_room_fixture,  # noqa: F401 - a fixture
     llmd,
     operator_for,
@@ -56,6 +58,7 @@ def serving(kubectl: Kubectl, namespace: str, name: str, timeout: float = START_
 def test_max_model_len_above_the_real_kv_room_is_lowered_to_vllms_estimate(
         kubectl: Kubectl, namespace: str, kv_room: Any, tmp_path: Path) -> None:
     kv_room(4 * MIB)  # 8,192 tokens of 512 bytes: vLLM admits at most 8,064 (one block is the null block)
+    since = time.time() - 1
     with operator_for(kubectl, namespace, tmp_path):
         apply(kubectl, namespace, tiny("kv", serving={"maxModelLen": 16384, "minMaxModelLen": 2048}))
         steps = wait_steps(kubectl, namespace, "kv", 1, START_SECONDS)
@@ -71,8 +74,14 @@ def test_max_model_len_above_the_real_kv_room_is_lowered_to_vllms_estimate(
         pod = serving(kubectl, namespace, "kv")
         assert arg(pod, "--max-model-len") == "7936"
         assert "estimated maximum model length is 8064" in describe(kubectl, namespace, "kv")
+        # the serving pod downloaded its weights from the Hub into its own emptyDir: nothing was pre-filled
+        started = datetime.fromisoformat(pod["status"]["startTime"].replace("Z", "+00:00")).timestamp()
+        weights = [d for d in hub_downloads(kubectl, started, {pod["status"]["podIP"]})
+                   if d["path"].endswith("/model.safetensors")]
+        assert len(weights) == 1 and weights[0]["bytes"] > 0, weights
+        downloaded = sum(d["bytes"] for d in hub_downloads(kubectl, since))
         report("KV capacity", vllm_line=evidence["message"][:160], failure_to_serving_s=round(
-            seconds_since(crashed_at)), max_model_len="16384 -> 7936")
+            seconds_since(crashed_at)), max_model_len="16384 -> 7936", hub_bytes_downloaded=downloaded)
 
 
 def test_a_memory_limit_too_small_is_a_real_oom_kill_and_the_limit_is_raised(
