@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -46,10 +47,13 @@ def report(scenario: str, **figures: Any) -> None:
     sys.stderr.write(f"\n[real vLLM] {scenario}: " + "; ".join(f"{k}={v}" for k, v in figures.items()) + "\n")
 
 
-def serving(kubectl: Kubectl, namespace: str, name: str, timeout: float = START_SECONDS) -> dict[str, Any]:
+def serving(kubectl: Kubectl, namespace: str, name: str, timeout: float = START_SECONDS,
+            where: Callable[[dict[str, Any]], bool] = lambda pod: True) -> dict[str, Any]:
+    """A Ready pod (``where`` it matches) that answers a completion. During a surge rollout the old pods keep
+    serving beside the new one, so a test after a step names the settings it waits for."""
     pod: dict[str, Any] = wait_for(f"a Ready pod of {namespace}/{name}",
-                                   lambda: next(iter(ready_pods(kubectl, namespace, name)), None), timeout=timeout,
-                                   interval=2)
+                                   lambda: next((p for p in ready_pods(kubectl, namespace, name) if where(p)), None),
+                                   timeout=timeout, interval=2)
     answer = complete(pod)
     assert answer["choices"][0]["text"] and answer["usage"]["completion_tokens"] == 8, answer
     return pod
@@ -129,7 +133,7 @@ def test_real_overload_is_kv_saturation_and_the_ladder_steps(
             assert step["action"].startswith("KV cache dtype auto -> fp8"), step
             reacted = time.monotonic() - started
             # the signal clears on the new settings, or the next rung follows: both are the ladder working
-            fp8_pod = serving(kubectl, namespace, "busy")
+            fp8_pod = serving(kubectl, namespace, "busy", where=lambda pod: arg(pod, "--kv-cache-dtype") == "fp8")
             assert arg(fp8_pod, "--kv-cache-dtype") == "fp8"
             judged_from = time.monotonic()
 

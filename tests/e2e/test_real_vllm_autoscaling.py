@@ -47,7 +47,7 @@ def test_real_queueing_scales_out_to_the_second_node_and_back(
                                        remediation={"enabled": False}, autoscaling=policy))
         wait_for("one Ready vLLM", lambda: len(ready_pods(kubectl, namespace, NAME)) == 1, timeout=START_SECONDS,
                  interval=2)
-        load = FollowingLoad(kubectl, namespace, NAME, clients=12, prompt_tokens=1500, max_tokens=1000)
+        load = FollowingLoad(kubectl, namespace, NAME, clients=12, prompt_tokens=1500, max_tokens=400)
         started = time.monotonic()
         try:
             def scaled_out() -> bool:
@@ -55,6 +55,10 @@ def test_real_queueing_scales_out_to_the_second_node_and_back(
                 return spec_replicas(kubectl, namespace) == 2
             wait_for("KEDA asking for a second replica", scaled_out, timeout=SCALE_SECONDS, interval=2)
             asked = time.monotonic() - started
+            # KEDA may ask before the first long request is done (a pod's first requests also compile kernels for
+            # new shapes): the load was served, not only queued, once a request of it completes
+            wait_for("a request of the load answered", lambda: any(
+                one.result.completed for one in load.loads.values()), timeout=SCALE_SECONDS, interval=2)
         finally:
             completed = load.stop()
         assert completed > 0
