@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kopf
 import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -20,7 +21,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from llm_autopilot.api.v1alpha1 import RemediationPolicy
 from llm_autopilot.controller import handlers
 from llm_autopilot.controller.gather import Gatherer, Target
-from llm_autopilot.controller.kube import ApplyRejected, Kube, LogUnavailable
+from llm_autopilot.controller.kube import ApplyRejected, Kube, LogUnavailable, NodeGPUs
 from llm_autopilot.controller.metrics import (
     MetricsUnavailable,
     PrometheusClient,
@@ -34,8 +35,9 @@ from llm_autopilot.remediation.classify import Signal
 from llm_autopilot.remediation.decide import Metrics
 from llm_autopilot.remediation.saturation import KV_SATURATION
 from llm_autopilot.remediation.state import Limits, RemediationState, attestation
+from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
-from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, FakePrometheus, OperatorKilled, Run, saturated
+from tests.unit.fakes import L4, NAME, NAMESPACE, FakeCluster, FakePrometheus, OperatorKilled, Run, saturated
 from tests.unit.vllm_logs import cpu_kv_capacity_log, termination_message
 
 QWEN_H100 = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"},
@@ -494,8 +496,8 @@ def test_ready_uses_the_effective_replicas_in_the_reconcile_and_the_deployment_w
     run.once()
     ready = run.condition("Ready")
     assert (ready["status"], ready["message"]) == ("True", "2/2 replicas are available")
-    handler_cluster.llmd = {"metadata": {"name": NAME, "generation": 1, "resourceVersion": "7"}, "spec": spec,
-                            "status": run.status}
+    handler_cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
+                            "spec": spec, "status": run.status}
     for _ in range(3):  # Deployment events and resyncs in a quiet state
         handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
         run.status = handler_cluster.llmd["status"]
@@ -509,9 +511,35 @@ def test_ready_uses_the_effective_replicas_in_the_reconcile_and_the_deployment_w
     assert (ready["status"], ready["message"]) == ("False", "1/2 replicas run the current plan")
 
 
+def test_ready_has_one_writer_with_autoscaling_and_a_replica_override_left_from_before(
+        handler_cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #16: the Deployment watch computed Ready from the remediation's replica override (it omitted
+    ``autoscaled=``) while the reconcile used spec.replicas (KEDA drives the count): the two flipped Ready back
+    and forth. The watch now triggers the reconcile, whose Ready stands."""
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)  # Events need Kopf's running context
+    handler_cluster.nodes = [NodeGPUs(dict(L4), 1, 180.0) for _ in range(4)]
+    handler_cluster.objects[("CustomResourceDefinition", KEDA_CRD)] = {"metadata": {"name": KEDA_CRD}}
+    spec = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"}, "replicas": 3,
+            "autoscaling": {"maxReplicas": 4, "prometheusAddress": "http://prometheus.test:9090"}}
+    recently = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    run = Run(spec, cluster=handler_cluster, status={"remediation": {"rung": 1, "applied": recorded({"replicas": 2}),
+                                                                     "lastSignalTime": recently}})
+    run.once()
+    ready = run.condition("Ready")
+    assert (ready["status"], ready["message"]) == ("True", "3/3 replicas are available")
+    handler_cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
+                            "spec": spec, "status": run.status}
+    for _ in range(3):  # Deployment events and resyncs: neither moves Ready
+        handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+        assert handler_cluster.llmd["status"]["conditions"] == run.status["conditions"]
+        run.status = handler_cluster.llmd["status"]
+        assert run.once().status == {}
+    assert handler_cluster.status_patches == []
+
+
 def test_the_deployment_watch_retries_a_conflicting_status_write(handler_cluster: FakeCluster) -> None:
     run = deployed(cluster=handler_cluster)
-    handler_cluster.llmd = {"metadata": {"name": NAME, "generation": 1, "resourceVersion": "7"},
+    handler_cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
                             "spec": QWEN_H100, "status": run.status}
     handler_cluster.deployment()["status"]["availableReplicas"] = 0
     handler_cluster.conflicts = 1
@@ -641,7 +669,7 @@ def test_the_deployment_watch_writes_ready_replicas_with_ready(handler_cluster: 
         handler_cluster, objects, before_write) and _not_available(handler_cluster)
     run.once()  # the Deployment is created; none of its pods is available yet
     assert run.condition("Ready")["status"] == "False" and run.status["readyReplicas"] == 0
-    handler_cluster.llmd = {"metadata": {"name": NAME, "generation": 1, "resourceVersion": "7"},
+    handler_cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
                             "spec": QWEN_H100, "status": run.status}
     handler_cluster.deployment()["status"].update(replicas=1, availableReplicas=1)  # the pod became available
     handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")

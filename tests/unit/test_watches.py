@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
@@ -13,6 +14,7 @@ import pytest
 
 from llm_autopilot.api import PLURAL
 from llm_autopilot.controller import handlers
+from llm_autopilot.controller import reconcile as reconciling
 from llm_autopilot.controller.kube import Kube
 from llm_autopilot.controller.observed import (
     Summary,
@@ -24,6 +26,7 @@ from llm_autopilot.controller.observed import (
     node_summary,
     pod_summary,
 )
+from llm_autopilot.controller.quiet import QuietMemory, Seen
 from llm_autopilot.render.kubernetes import INPUT_HASH, OWNER_LABEL, PLAN_HASH
 from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, Run
 
@@ -215,21 +218,73 @@ class _ParentReads(FakeCluster):
         return super().get(api_version, kind, name, namespace)
 
 
-def test_the_deployment_watch_reads_the_llmdeployment_from_its_index(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_deployment_watch_reads_nothing_while_the_reconciles_inputs_are_unchanged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch triggers the owner's reconcile; when the indexes show what its last full pass read (the quiet
+    resync's fingerprint), it neither reads the LLMDeployment nor writes."""
+    cluster = _ParentReads()
+    monkeypatch.setitem(handlers._state, "kube", cluster)
+    memory = QuietMemory()
+    monkeypatch.setattr(handlers, "QUIET", memory)
+    run = Run({"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"}}, cluster=cluster)
+    run.once()
+    cluster.llmd = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "uid", "generation": 1,
+                                 "resourceVersion": "7"}, "spec": run.spec, "status": run.status}
+    index = _Index({(NAMESPACE, NAME): [llmd_summary(cluster.llmd)]})
+    watched = _watched(deployments=_Index({(NAMESPACE, NAME): [child_summary(cluster.deployment())]}))
+    indexes = {"gpu_nodes": watched.nodes, "owned_deployments": watched.deployments,
+               "owned_services": watched.services, "owned_disruption_budgets": watched.disruption_budgets,
+               "owned_pods": watched.pods}
+    key = reconciling.quiet_key(generation=1, resource_version="7", spec_body={}, status={},
+                                observed=watched.digest_of(NAMESPACE, NAME), settings=handlers.SETTINGS)
+    memory.remember("uid", Seen(fingerprint=key, metrics="", due=datetime.now(UTC) + timedelta(hours=1),
+                                settled=True, plan_hash=None, namespace=NAMESPACE))
+    handlers.deployment_changed(body=cluster.deployment(), namespace=NAMESPACE, type="MODIFIED",
+                                llmdeployment_status=index, **indexes)
+    assert cluster.parent_reads == 0 and cluster.status_patches == []
+    changed_deployment = changed(cluster.deployment(), _set(["status", "availableReplicas"], 0))
+    watched.deployments[(NAMESPACE, NAME)] = [child_summary(changed_deployment)]  # the index saw the change
+    assert not handlers._quiet(index[(NAMESPACE, NAME)][0].body, watched, NAMESPACE, NAME)
+    assert handlers._quiet(index[(NAMESPACE, NAME)][0].body,
+                           _watched(deployments=_Index({(NAMESPACE, NAME): [child_summary(cluster.deployment())]})),
+                           NAMESPACE, NAME)
+
+
+def test_the_deployment_watch_reconciles_its_owner_and_writes_what_the_reconcile_says(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the quiet memory's say-so the owner is read (after a conflict, again) and reconciled; Ready is the
+    reconcile's (the watch has no condition of its own)."""
     cluster = _ParentReads()
     monkeypatch.setitem(handlers._state, "kube", cluster)
     run = Run({"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"}}, cluster=cluster)
     run.once()
-    cluster.llmd = {"metadata": {"name": NAME, "namespace": NAMESPACE, "generation": 1, "resourceVersion": "7"},
-                    "spec": run.spec, "status": run.status}
+    cluster.llmd = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "uid", "generation": 1,
+                                 "resourceVersion": "7"}, "spec": run.spec, "status": run.status}
     index = _Index({(NAMESPACE, NAME): [llmd_summary(cluster.llmd)]})
     handlers.deployment_changed(body=cluster.deployment(), namespace=NAMESPACE, type="MODIFIED",
                                 llmdeployment_status=index)
-    assert cluster.parent_reads == 0 and cluster.status_patches == []  # Ready unchanged: nothing read or written
+    assert cluster.parent_reads == 1 and cluster.status_patches == []  # Ready unchanged: nothing written
     cluster.deployment()["status"]["availableReplicas"] = 0
-    cluster.conflicts = 1  # the indexed resourceVersion is stale: the write is refused, then read fresh
+    cluster.conflicts = 1  # the resourceVersion read is stale: the write is refused, then read again
     handlers.deployment_changed(body=cluster.deployment(), namespace=NAMESPACE, type="MODIFIED",
                                 llmdeployment_status=index)
-    assert cluster.parent_reads == 1 and len(cluster.status_patches) == 1
+    assert cluster.parent_reads == 3 and len(cluster.status_patches) == 1
     ready = next(c for c in cluster.status_patches[0]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "Unavailable")
+    run.once()  # the reconcile on its own says the same
+    assert (ready["status"], ready["reason"], ready["message"]) == tuple(
+        run.condition("Ready")[k] for k in ("status", "reason", "message"))
+
+
+def test_the_deployment_watch_leaves_a_generation_to_its_first_reconcile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Until the reconcile of a new generation has reported (observedGeneration), the watch triggers nothing: that
+    reconcile is in flight and reads the Deployment itself."""
+    cluster = _ParentReads()
+    monkeypatch.setitem(handlers._state, "kube", cluster)
+    run = Run({"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"}}, cluster=cluster)
+    run.once()
+    cluster.llmd = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "uid", "generation": 2,
+                                 "resourceVersion": "7"}, "spec": run.spec, "status": run.status}
+    cluster.deployment()["status"]["availableReplicas"] = 0
+    handlers.deployment_changed(body=cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+    assert cluster.parent_reads == 1 and cluster.status_patches == []

@@ -16,9 +16,11 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import kopf
 import urllib3
@@ -26,7 +28,6 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from llm_autopilot.api import GROUP, PLURAL, VERSION
-from llm_autopilot.api.conditions import READY, get_condition, set_condition
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
 from llm_autopilot.controller import reconcile as reconciling
@@ -50,7 +51,7 @@ from llm_autopilot.controller.observed import (
     pod_summary,
 )
 from llm_autopilot.controller.quiet import QuietMemory
-from llm_autopilot.controller.reconcile import Outcome, gatherer_for, now, observed_replicas, ready_condition
+from llm_autopilot.controller.reconcile import Outcome, gatherer_for
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render.kubernetes import OWNER_LABEL
@@ -189,7 +190,20 @@ def _cluster(watched: Watched | None) -> Any:
     return WatchedCluster(kube(), watched) if watched is not None else kube()
 
 
-# ---- reconciles --------------------------------------------------------------------------------------------
+# ---- reconciles ----------------------------------------------------------------------------------------------
+# Kopf runs one handler at a time per object; the Deployment watch's reconcile (below) takes the same lock, so no
+# two reconciles of one object overlap in this process.
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+@contextmanager
+def object_lock(uid: str) -> Iterator[None]:
+    with _LOCKS_GUARD:
+        lock = _LOCKS.setdefault(uid, threading.Lock())
+    with lock:
+        yield
+
 
 def _report(out: Outcome, body: kopf.Body, patch: kopf.Patch) -> None:
     for key, value in out.status.items():
@@ -249,11 +263,12 @@ OUTAGE = Outage()
 def _reconcile(body: kopf.Body, patch: kopf.Patch, watched: Watched | None, what: str) -> None:
     meta = body.get("metadata", {})
     try:
-        out = reconciling.reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
-                                    generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
-                                    status=dict(body.get("status") or {}), kube=_cluster(watched),
-                                    settings=SETTINGS, gatherer=gatherer(),
-                                    resource_version=meta.get("resourceVersion"))
+        with object_lock(str(meta.get("uid"))):
+            out = reconciling.reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
+                                        generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
+                                        status=dict(body.get("status") or {}), kube=_cluster(watched),
+                                        settings=SETTINGS, gatherer=gatherer(),
+                                        resource_version=meta.get("resourceVersion"))
     except Exception as exc:
         telemetry.RECONCILES.labels("error").inc()
         if api_unreachable(exc):  # the resync retries (a change handler's spec is reconciled by it too)
@@ -286,6 +301,8 @@ async def deletion_stops_resync(type: str | None, memo: kopf.Memo, uid: str | No
         memo["deleted"] = True
         if uid:
             QUIET.forget(uid)
+            with _LOCKS_GUARD:
+                _LOCKS.pop(uid, None)
 
 
 def _not_deleted(memo: kopf.Memo, **_: Any) -> bool:
@@ -310,12 +327,13 @@ def resync(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
         return
     pods = watched.pods_of(namespace, name)
     try:
-        out = reconciling.resync(
-            name=name, namespace=namespace, uid=meta["uid"], generation=meta.get("generation"),
-            resource_version=meta.get("resourceVersion"), spec_body=dict(body.get("spec") or {}),
-            status=dict(body.get("status") or {}), observed=watched.digest_of(namespace, name),
-            current_pods=functools.partial(current_pods, pods), kube=WatchedCluster(kube(), watched),
-            settings=SETTINGS, gatherer=gatherer(), memory=QUIET)
+        with object_lock(str(meta["uid"])):
+            out = reconciling.resync(
+                name=name, namespace=namespace, uid=meta["uid"], generation=meta.get("generation"),
+                resource_version=meta.get("resourceVersion"), spec_body=dict(body.get("spec") or {}),
+                status=dict(body.get("status") or {}), observed=watched.digest_of(namespace, name),
+                current_pods=functools.partial(current_pods, pods), kube=WatchedCluster(kube(), watched),
+                settings=SETTINGS, gatherer=gatherer(), memory=QUIET)
     except Exception as exc:
         telemetry.RECONCILES.labels("error").inc()
         if api_unreachable(exc):
@@ -326,10 +344,6 @@ def resync(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
         OUTAGE.reached()
     telemetry.RESYNCS.labels("full" if out.full else "quiet").inc()
     _finish(out, body, patch, "resync")
-
-
-def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _without_finalizer(handler_id: str, registry: kopf.OperatorRegistry) -> None:
@@ -344,46 +358,84 @@ _without_finalizer(RESYNC, kopf.get_default_registry())
 
 @kopf.on.event("apps", "v1", "deployments", labels={OWNER_LABEL: kopf.PRESENT}, id="deployment-readiness")
 def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
-                       llmdeployment_status: Any = None, **_: Any) -> None:
-    """Mirror the vLLM Deployment's availability into the LLMDeployment's Ready condition.
+                       llmdeployment_status: Any = None, **kwargs: Any) -> None:
+    """A change of the vLLM Deployment triggers its LLMDeployment's reconcile, which alone writes Ready (and the
+    replica counts with it): this watch decides and writes no condition of its own.
 
-    The LLMDeployment is read from its index (no GET per Deployment event); after a conflict, from the API."""
+    Nothing is read when the indexes show the reconcile's inputs unchanged since its last full pass (the quiet
+    resync's test, without asking Prometheus); otherwise the LLMDeployment is read and reconciled as a resync
+    would, and the status written with the resourceVersion read (a conflict: read again)."""
     if type == "DELETED" or namespace is None:
         return
     owner = (body.get("metadata", {}).get("labels") or {}).get(OWNER_LABEL)
-    k = kube()
+    if not owner:
+        return
+    watched = _watched({"llmdeployment_status": llmdeployment_status, **kwargs})
     indexed = list(llmdeployment_status.get((namespace, owner)) or []) if llmdeployment_status is not None else None
-    for attempt in range(3):  # the status moved under us (409): read it again
-        if attempt == 0 and indexed is not None:
-            parent = indexed[0].body if indexed else None
-        else:
-            parent = k.get(f"{GROUP}/{VERSION}", "LLMDeployment", owner, namespace) if owner else None
+    if indexed is not None and not indexed:
+        return  # not an LLMDeployment the index holds (deleted, or not listed yet): nothing to reconcile
+    if indexed and watched is not None and _quiet(indexed[0].body, watched, namespace, str(owner)):
+        return
+    k = kube()
+    for _ in range(3):  # the status moved under us (409): read it again
+        parent = k.get(f"{GROUP}/{VERSION}", "LLMDeployment", owner, namespace)
         if parent is None:
             return
-        spec, status = parent.get("spec") or {}, parent.get("status") or {}
-        ready, reason, message = ready_condition(
-            dict(body), spec_replicas=_count(spec.get("replicas", 1)) or 0,
-            max_replicas=_count((spec.get("remediation") or {}).get("maxReplicas")),
-            remediation=status.get("remediation"))
-        current = get_condition(status.get("conditions"), READY)
-        # the printer columns (REPLICAS, AVAILABLE) change with Ready, in the same write
-        counts = observed_replicas(body)
-        same_counts = all(status.get(key) == value for key, value in counts.items())
-        if same_counts and current and (current.get("status"), current.get("reason"), current.get("message")) == (
-                "True" if ready else "False", reason, message):
-            return
-        conditions = set_condition(status.get("conditions"), READY, ready, reason, message,
-                                   generation=parent["metadata"].get("generation"), now=now())
+        meta = parent.get("metadata") or {}
+        if (parent.get("status") or {}).get("observedGeneration") != meta.get("generation"):
+            return  # this generation's first reconcile has not reported yet: it reads the Deployment itself
         try:
-            # with the resourceVersion read, so a reconcile's newer conditions are never overwritten
-            k.patch_llmd_status(namespace, parent["metadata"]["name"], {"conditions": conditions, **counts},
-                                resource_version=parent["metadata"].get("resourceVersion"))
+            out = _reconcile_parent(parent, namespace, watched)
+        except Exception as exc:
+            telemetry.RECONCILES.labels("error").inc()
+            if api_unreachable(exc):
+                OUTAGE.failed(exc)
+                return
+            raise
+        telemetry.RECONCILES.labels("retry" if out.retry else "ok").inc()
+        telemetry.WRITES.inc(out.writes)
+        if out.status:
+            try:
+                k.patch_llmd_status(namespace, str(meta.get("name")), out.status,
+                                    resource_version=meta.get("resourceVersion"))
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                continue
             telemetry.WRITES.inc()
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            continue
-        return
+        for type_, reason, message in out.events:
+            kopf.event(kopf.Body(cast(kopf.RawBody, dict(parent))), type=type_, reason=reason, message=message[:1000])
+        return  # a retry the reconcile asks for is the resync's (its timer runs anyway)
+
+
+def _quiet(indexed: Mapping[str, Any], watched: Watched, namespace: str, name: str) -> bool:
+    """Whether the last full reconcile of the indexed LLMDeployment read what the watches show now."""
+    meta = indexed.get("metadata") or {}
+    seen = QUIET.get(str(meta.get("uid")))
+    if seen is None or not meta.get("resourceVersion"):
+        return False
+    key = reconciling.quiet_key(generation=meta.get("generation"), resource_version=meta.get("resourceVersion"),
+                                spec_body={}, status={}, observed=watched.digest_of(namespace, name),
+                                settings=SETTINGS)
+    return reconciling.unchanged(seen, key)
+
+
+def _reconcile_parent(parent: Mapping[str, Any], namespace: str, watched: Watched | None) -> Outcome:
+    """The reconcile a Deployment event triggers, through the resync's gate (its inputs are remembered)."""
+    meta = parent.get("metadata") or {}
+    name, uid = str(meta.get("name")), str(meta.get("uid"))
+    spec_body, status = dict(parent.get("spec") or {}), dict(parent.get("status") or {})
+    with object_lock(uid):
+        if watched is None:
+            return reconciling.reconcile(name=name, namespace=namespace, uid=uid, generation=meta.get("generation"),
+                                         spec_body=spec_body, status=status, kube=kube(), settings=SETTINGS,
+                                         gatherer=gatherer(), resource_version=meta.get("resourceVersion"))
+        return reconciling.resync(
+            name=name, namespace=namespace, uid=uid, generation=meta.get("generation"),
+            resource_version=meta.get("resourceVersion"), spec_body=spec_body, status=status,
+            observed=watched.digest_of(namespace, name),
+            current_pods=functools.partial(current_pods, watched.pods_of(namespace, name)),
+            kube=WatchedCluster(kube(), watched), settings=SETTINGS, gatherer=gatherer(), memory=QUIET)
 
 
 def _secret_refusal(spec: dict[str, Any], userinfo: kopf.UserInfo, namespace: str | None) -> str | None:

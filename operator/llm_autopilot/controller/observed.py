@@ -108,16 +108,12 @@ def pod_summary(body: Mapping[str, Any]) -> Summary:
 
 
 def llmd_summary(body: Mapping[str, Any]) -> Summary:
-    """What the Deployment watch needs of an LLMDeployment to mirror Ready: replicas and their bounds, the
-    conditions, the replica counts it writes with Ready and the remediation status, with the resourceVersion
-    that a conditional status write names."""
-    meta, spec, status = _meta(body), body.get("spec") or {}, body.get("status") or {}
+    """What the Deployment watch needs of an LLMDeployment to decide whether to trigger its reconcile: its
+    identity, generation and resourceVersion (the quiet resync's fingerprint of the object)."""
+    meta = _meta(body)
     return Summary.of({
         "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
                      "generation": meta.get("generation"), "resourceVersion": meta.get("resourceVersion")},
-        "spec": copy.deepcopy({k: spec[k] for k in ("replicas", "remediation") if k in spec}),
-        "status": copy.deepcopy({k: status[k] for k in ("conditions", "remediation", "replicas", "readyReplicas")
-                                 if k in status}),
     })
 
 

@@ -130,14 +130,14 @@ def now() -> str:
 def ready_condition(deployment: dict[str, Any] | None, *, spec_replicas: int, max_replicas: int | None,
                     remediation: Any, autoscaled: bool = False) -> tuple[bool | None, str, str]:
     """Ready from the effective replica count (remediation's last override, else the spec's; the spec's alone
-    when KEDA drives it): the one computation both the reconcile and the Deployment watch use."""
+    when KEDA drives it). The reconcile is Ready's one writer (the Deployment watch triggers it)."""
     replicas = spec_replicas if autoscaled else effective_replicas(remediation, spec_replicas, max_replicas)
     return deployment_ready(deployment, replicas)
 
 
 def observed_replicas(deployment: Mapping[str, Any] | None) -> dict[str, int]:
     """status.replicas and status.readyReplicas (the REPLICAS and AVAILABLE columns) from the workload's status:
-    both writers of Ready (the reconcile and the Deployment watch) write them with it."""
+    the reconcile writes them with Ready."""
     observed = (deployment or {}).get("status") or {}
     return {"replicas": _int(observed.get("replicas")), "readyReplicas": _int(observed.get("availableReplicas"))}
 
@@ -688,11 +688,10 @@ def resync(
     ``current_pods(plan_hash)`` names its pods that run a plan, which Prometheus is asked about (batched per
     namespace and round) as the reconcile would ask.
     """
-    llmd = resource_version or fingerprint(version="", settings="", llmd=str(generation),
-                                           observed=f"{spec_body}{status}")
-    key = fingerprint(version=OPERATOR_VERSION, settings=_settings_digest(settings), llmd=llmd, observed=observed)
+    key = quiet_key(generation=generation, resource_version=resource_version, spec_body=spec_body, status=status,
+                    observed=observed, settings=settings)
     seen = memory.get(uid)
-    if (seen is not None and seen.settled and seen.fingerprint == key and _utcnow() < seen.due
+    if (seen is not None and unchanged(seen, key)
             and _verdict(gatherer, seen, current_pods) == seen.metrics):
         return Outcome(full=False, settled=True, due=seen.due, plan_hash=seen.plan_hash, metrics=seen.metrics)
     out = reconcile(name=name, namespace=namespace, uid=uid, generation=generation, spec_body=spec_body,
@@ -701,6 +700,21 @@ def resync(
     memory.remember(uid, Seen(fingerprint=key, metrics=out.metrics, due=due, settled=out.settled and not out.retry,
                               plan_hash=out.plan_hash, namespace=namespace, kv_question=out.kv_question))
     return out
+
+
+def quiet_key(*, generation: int | None, resource_version: str | None, spec_body: Mapping[str, Any],
+              status: Mapping[str, Any], observed: str, settings: OperatorSettings) -> str:
+    """The fingerprint of what a full reconcile reads: the object (its resourceVersion), the watches' digest
+    ``observed``, the operator's version and settings."""
+    llmd = resource_version or fingerprint(version="", settings="", llmd=str(generation),
+                                           observed=f"{spec_body}{status}")
+    return fingerprint(version=OPERATOR_VERSION, settings=_settings_digest(settings), llmd=llmd, observed=observed)
+
+
+def unchanged(seen: Seen, key: str) -> bool:
+    """Whether the last full reconcile settled on the inputs ``key`` names, and is not due again yet (what
+    Prometheus says is asked separately)."""
+    return seen.settled and seen.fingerprint == key and _utcnow() < seen.due
 
 
 def _verdict(gatherer: Gatherer, seen: Seen, current_pods: Callable[[str], list[str]]) -> str:
