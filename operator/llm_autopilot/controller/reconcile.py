@@ -403,7 +403,7 @@ class Reconciler:
 
     def __init__(self, *, name: str, namespace: str, uid: str, generation: int | None, status: dict[str, Any],
                  kube: Cluster, settings: OperatorSettings, gatherer: Gatherer,
-                 resource_version: str | None = None) -> None:
+                 resource_version: str | None = None, now: datetime | None = None) -> None:
         self.owner = Owner(name, namespace, uid)
         self.generation = generation
         self.resource_version = resource_version
@@ -412,7 +412,8 @@ class Reconciler:
         self.settings = settings
         self.gatherer = gatherer
         self.out = Outcome()
-        self.now = _utcnow()
+        #: the reconcile's clock, injected (one reading for the whole pass)
+        self.now = now if now is not None else _utcnow()
         self.stamp = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
         self.conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
         #: the remediation state as read, and as it stands now (None until the spec could be resolved)
@@ -665,11 +666,12 @@ class Reconciler:
 def reconcile(
     *, name: str, namespace: str, uid: str, generation: int | None, spec_body: dict[str, Any],
     status: dict[str, Any], kube: Cluster, settings: OperatorSettings, gatherer: Gatherer | None = None,
-    resource_version: str | None = None,
+    resource_version: str | None = None, now: datetime | None = None,
 ) -> Outcome:
+    """One full reconcile at ``now`` (the clock is the caller's; default: the current second, UTC)."""
     return Reconciler(name=name, namespace=namespace, uid=uid, generation=generation, status=status, kube=kube,
                       settings=settings, gatherer=gatherer or gatherer_for(kube, settings),
-                      resource_version=resource_version).run(spec_body)
+                      resource_version=resource_version, now=now).run(spec_body)
 
 
 def _settings_digest(settings: OperatorSettings) -> str:
@@ -679,7 +681,7 @@ def _settings_digest(settings: OperatorSettings) -> str:
 def resync(
     *, name: str, namespace: str, uid: str, generation: int | None, resource_version: str | None,
     spec_body: dict[str, Any], status: dict[str, Any], observed: str, current_pods: Callable[[str], list[str]],
-    kube: Cluster, settings: OperatorSettings, gatherer: Gatherer, memory: QuietMemory,
+    kube: Cluster, settings: OperatorSettings, gatherer: Gatherer, memory: QuietMemory, now: datetime | None = None,
 ) -> Outcome:
     """The resync's front gate: quiet when nothing the last full reconcile read has changed (quiet.py), else a
     full reconcile, whose inputs are remembered.
@@ -690,13 +692,15 @@ def resync(
     """
     key = quiet_key(generation=generation, resource_version=resource_version, spec_body=spec_body, status=status,
                     observed=observed, settings=settings)
+    at = now if now is not None else _utcnow()
     seen = memory.get(uid)
-    if (seen is not None and unchanged(seen, key)
+    if (seen is not None and unchanged(seen, key, at)
             and _verdict(gatherer, seen, current_pods) == seen.metrics):
         return Outcome(full=False, settled=True, due=seen.due, plan_hash=seen.plan_hash, metrics=seen.metrics)
     out = reconcile(name=name, namespace=namespace, uid=uid, generation=generation, spec_body=spec_body,
-                    status=status, kube=kube, settings=settings, gatherer=gatherer, resource_version=resource_version)
-    due = out.due or later(_utcnow(), settings.full_check_seconds)
+                    status=status, kube=kube, settings=settings, gatherer=gatherer, resource_version=resource_version,
+                    now=at)
+    due = out.due or later(at, settings.full_check_seconds)
     memory.remember(uid, Seen(fingerprint=key, metrics=out.metrics, due=due, settled=out.settled and not out.retry,
                               plan_hash=out.plan_hash, namespace=namespace, kv_question=out.kv_question))
     return out
@@ -711,10 +715,10 @@ def quiet_key(*, generation: int | None, resource_version: str | None, spec_body
     return fingerprint(version=OPERATOR_VERSION, settings=_settings_digest(settings), llmd=llmd, observed=observed)
 
 
-def unchanged(seen: Seen, key: str) -> bool:
-    """Whether the last full reconcile settled on the inputs ``key`` names, and is not due again yet (what
-    Prometheus says is asked separately)."""
-    return seen.settled and seen.fingerprint == key and _utcnow() < seen.due
+def unchanged(seen: Seen, key: str, now: datetime | None = None) -> bool:
+    """Whether the last full reconcile settled on the inputs ``key`` names, and is not due again yet at ``now``
+    (what Prometheus says is asked separately)."""
+    return seen.settled and seen.fingerprint == key and (now if now is not None else _utcnow()) < seen.due
 
 
 def _verdict(gatherer: Gatherer, seen: Seen, current_pods: Callable[[str], list[str]]) -> str:
