@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.controller.gather import read_world
 from llm_autopilot.controller.reconcile import reconcile
 from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.desired.world import World
+from llm_autopilot.render import groups
+from llm_autopilot.render.autoscaling import KEDA_CRD
+from llm_autopilot.render.workload import Live
 from tests.unit.fakes import NAME, NAMESPACE, FakeCluster
 
 QWEN_L4 = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"}, "serving": {"maxModelLen": 8192}}
@@ -18,3 +26,30 @@ def test_the_reconcilers_clock_is_injected() -> None:
                     kube=FakeCluster(), settings=OperatorSettings(), now=at)
     times = {c["lastTransitionTime"] for c in out.status["conditions"]}
     assert times == {"2031-05-17T08:30:00Z"}
+
+
+@dataclass
+class _Reads(FakeCluster):
+    reads: list[tuple[str, str]] = field(default_factory=list)
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        self.reads.append((kind, name))
+        return super().get(api_version, kind, name, namespace)
+
+
+def test_one_gather_step_reads_the_world_before_anything_is_decided() -> None:
+    """The model, the GPU nodes, the CRDs (KEDA's only when spec.autoscaling needs it) and the live shapes."""
+    cluster = _Reads()
+    cluster.objects[("CustomResourceDefinition", KEDA_CRD)] = {"metadata": {"name": KEDA_CRD}}
+    cluster.objects[("StatefulSet", groups.group_name(NAME, 0))] = {"metadata": {}}
+    spec = LLMDeploymentSpec.model_validate(QWEN_L4)
+    world = read_world(spec, NAME, NAMESPACE, cluster, OperatorSettings())
+    assert world.model.max_position_embeddings > 0
+    assert [n.gpus for n in world.nodes] == [8, 1]
+    assert world.crds == frozenset() and ("CustomResourceDefinition", KEDA_CRD) not in cluster.reads
+    assert world.live.groups == (0,) and not world.live.deployment
+    scaled = LLMDeploymentSpec.model_validate({**QWEN_L4, "autoscaling": {"maxReplicas": 2}})
+    assert read_world(scaled, NAME, NAMESPACE, cluster, OperatorSettings()).crds == frozenset({KEDA_CRD})
+    # a Deployment counts as a shape to park only beside a multi-node plan
+    live = World(world.model, live=Live(deployment=True))
+    assert live.live_for(multi_node=True).deployment and not live.live_for(multi_node=False).deployment

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "operator" / "llm_autopilot"
-PURE = ["domain", "catalog", "vllm", "planner", "render", "api", "remediation"]
+PURE = ["domain", "catalog", "vllm", "planner", "render", "api", "remediation", "desired"]
 SHELLS = ("llm_autopilot.hub", "llm_autopilot.cli", "llm_autopilot.controller", "kopf", "kubernetes",
           "huggingface_hub", "prometheus_api_client", "requests", "httpx", "urllib", "socket", "subprocess")
 #: Which layers each layer may import (its own and the ones below it).
@@ -21,6 +21,8 @@ ALLOWED = {
     "render": {"domain", "catalog", "vllm", "planner", "api", "render"},
     #: decides from gathered evidence (controller/gather.py gathers it)
     "remediation": {"domain", "catalog", "vllm", "planner", "api", "remediation"},
+    #: the reconcile's desired state, from the World one gather step read
+    "desired": {"domain", "catalog", "vllm", "planner", "api", "render", "remediation", "desired"},
 }
 
 

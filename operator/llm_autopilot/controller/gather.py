@@ -1,5 +1,7 @@
-"""Shell: gather remediation's evidence -- pods, the previous container's log, Prometheus -- before anything
-is decided (remediation/decide.py decides, without I/O).
+"""Shell: gather what the reconcile decides on before anything is decided -- the World (the model's
+architecture from its source, the GPU nodes, the optional CRDs, the live workload shapes) and remediation's
+evidence (pods, the previous container's log, Prometheus); desired/ and remediation/decide.py decide, without
+I/O.
 
 Every read is narrow and bounded: the pods of one deployment (from the pod watch in the operator), the last
 lines of one previous log (read once per crash), the saturation rule's instant queries with a timeout (in the
@@ -11,10 +13,14 @@ the evidence falls back to the termination message and says so.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from llm_autopilot.controller.kube import LogUnavailable
+from kubernetes.client.exceptions import ApiException
+
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.controller.kube import LogUnavailable, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import (
     MetricsSource,
     MetricsUnavailable,
@@ -22,6 +28,12 @@ from llm_autopilot.controller.metrics import (
     QueryRejected,
     SaturationSource,
 )
+from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.controller.sources import resolve_spec_model
+from llm_autopilot.desired.world import GPUNode, World
+from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.hub.client import HubClient, ModelFiles
+from llm_autopilot.hub.resolve import ModelResolutionError
 from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.remediation.decide import Evidence, Metrics
 from llm_autopilot.remediation.evidence import (
@@ -35,7 +47,10 @@ from llm_autopilot.remediation.evidence import (
     rollout_complete,
 )
 from llm_autopilot.remediation.saturation import KV_SATURATION, SaturationRule
+from llm_autopilot.render import groups
+from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.kubernetes import CONTAINER, PLAN_HASH
+from llm_autopilot.render.workload import Live
 
 #: crashes whose log was read, per process (a resync must not read a log twice)
 REMEMBERED_CRASHES = 512
@@ -128,3 +143,93 @@ class Gatherer:
         while len(self._crashes) > self._remembered:
             self._crashes.popitem(last=False)
         return crash
+
+
+# ---- the World -------------------------------------------------------------------------------------------
+
+class WorldSource(Protocol):
+    """The Kubernetes reads of the World (Kube, the watches' WatchedCluster; in-memory fakes in tests)."""
+
+    def gpu_nodes(self) -> list[NodeGPUs]: ...
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None: ...
+
+    def secret_value(self, namespace: str, name: str, key: str) -> str | None:
+        """None when the Secret or key does not exist; raises ApiException otherwise."""
+        ...
+
+
+class SecretUnreadable(RuntimeError):
+    """The Hub token Secret exists (or may) but could not be read, e.g. 403 without `get secrets`."""
+
+
+def secret(kube: WorldSource, namespace: str, name: str, key: str, what: str) -> str:
+    """A Secret's value the operator needs itself (the Hub token, S3 keys); raises with what to do."""
+    try:
+        value = kube.secret_value(namespace, name, key)
+    except ApiException as exc:
+        hint = ("; grant the operator `get` on secrets (the chart: rbac.readSecrets=true)"
+                if exc.status == 403 else "")
+        raise SecretUnreadable(f"cannot read Secret {name!r} (key {key!r}) for {what} in namespace "
+                               f"{namespace}: {api_message(exc)}{hint}") from exc
+    if value is None:
+        raise ModelResolutionError(f"Secret {name!r} (key {key!r}) for {what} was not found in "
+                                   f"namespace {namespace}")
+    return value
+
+
+def hub_token(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource) -> str | None:
+    ref = spec.model.hub_token_secret_ref
+    if ref is None:
+        return None
+    return secret(kube, namespace, ref.name, ref.key, "the Hub token")
+
+
+class LazyTokenHubClient(HubClient):
+    """Reads the token Secret only when the Hub is really called: never for catalog or inline models."""
+
+    def __init__(self, token: Callable[[], str | None], *, timeout: float) -> None:
+        super().__init__(timeout=timeout)
+        self._token_source = token
+        self._timeout_seconds = timeout
+
+    def fetch(self, repo_id: str, revision: str | None = None) -> ModelFiles:
+        return HubClient(token=self._token_source(), timeout=self._timeout_seconds).fetch(repo_id, revision)
+
+
+def read_model(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource,
+               settings: OperatorSettings) -> ModelArchitecture:
+    """The model's architecture from its source; raises ModelResolutionError (and its kinds) or SecretUnreadable."""
+    return resolve_spec_model(
+        spec, hub=LazyTokenHubClient(lambda: hub_token(spec, namespace, kube), timeout=settings.hub_timeout_seconds),
+        secret=lambda name, key, what: secret(kube, namespace, name, key, what),
+        timeout=settings.hub_timeout_seconds)
+
+
+def read_live(kube: WorldSource, name: str, namespace: str, lws_available: bool) -> Live:
+    """The shapes that exist: one GET each (a LeaderWorkerSet only where its CRD is installed)."""
+    found: list[int] = []
+    while kube.get("apps/v1", "StatefulSet", groups.group_name(name, len(found)), namespace) is not None:
+        found.append(len(found))
+    lws = lws_available and kube.get(groups.LWS_API_VERSION, "LeaderWorkerSet", name, namespace) is not None
+    return Live(lws_available=lws_available, deployment=kube.get("apps/v1", "Deployment", name, namespace) is not None,
+                leader_worker_set=lws, groups=tuple(found))
+
+
+def read_nodes(kube: WorldSource) -> tuple[GPUNode, ...]:
+    return tuple(GPUNode(dict(n.labels), n.allocatable_gpus, n.allocatable_memory_gib) for n in kube.gpu_nodes())
+
+
+def crd_installed(kube: WorldSource, name: str) -> bool:
+    return kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name, "") is not None
+
+
+def read_world(spec: LLMDeploymentSpec, name: str, namespace: str, kube: WorldSource,
+               settings: OperatorSettings) -> World:
+    """Everything one reconcile of namespace/name decides on, read once before deciding: the model first (its
+    failure is the reconcile's answer), then the GPU nodes, the CRDs (KEDA's only when spec.autoscaling asks for
+    it) and the live shapes."""
+    model, nodes = read_model(spec, namespace, kube, settings), read_nodes(kube)
+    asked = (groups.LWS_CRD, *((KEDA_CRD,) if spec.autoscaling is not None else ()))
+    crds = frozenset(c for c in asked if crd_installed(kube, c))
+    return World(model, nodes, crds, read_live(kube, name, namespace, groups.LWS_CRD in crds))

@@ -24,7 +24,15 @@ from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
 from llm_autopilot.controller import cache_step, telemetry
-from llm_autopilot.controller.gather import Gatherer, PodSource, Target
+from llm_autopilot.controller.gather import (
+    Gatherer,
+    PodSource,
+    SecretUnreadable,
+    Target,
+    read_model,
+    read_nodes,
+    read_world,
+)
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings, SaturationRounds
 from llm_autopilot.controller.quiet import (
@@ -38,9 +46,8 @@ from llm_autopilot.controller.quiet import (
     unsettled,
 )
 from llm_autopilot.controller.settings import OperatorSettings
-from llm_autopilot.controller.sources import resolve_spec_model
+from llm_autopilot.desired.world import World
 from llm_autopilot.domain.precision import KVCacheDtype
-from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ArchitectureRequired, ModelResolutionError
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
@@ -57,7 +64,7 @@ from llm_autopilot.render.vllm_args import ServeOptions, render_vllm_args, unkno
 from llm_autopilot.render.workload import Live, Shape, children
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion, behaviour_of
 
-__all__ = ["METRICS_AVAILABLE", "Outcome", "ready_condition", "reconcile", "resync"]
+__all__ = ["METRICS_AVAILABLE", "Outcome", "SecretUnreadable", "ready_condition", "reconcile", "resync"]
 
 logger = logging.getLogger(__name__)
 _MESSAGE_LIMIT = 500
@@ -178,44 +185,6 @@ class StatusConflict(RuntimeError):
     """The LLMDeployment changed between the read and the status write (409): nothing was written."""
 
 
-class SecretUnreadable(RuntimeError):
-    """The Hub token Secret exists (or may) but could not be read, e.g. 403 without `get secrets`."""
-
-
-def _secret(kube: Cluster, namespace: str, name: str, key: str, what: str) -> str:
-    """A Secret's value the operator needs itself (the Hub token, S3 keys); raises with what to do."""
-    try:
-        value = kube.secret_value(namespace, name, key)
-    except ApiException as exc:
-        hint = ("; grant the operator `get` on secrets (the chart: rbac.readSecrets=true)"
-                if exc.status == 403 else "")
-        raise SecretUnreadable(f"cannot read Secret {name!r} (key {key!r}) for {what} in namespace "
-                               f"{namespace}: {api_message(exc)}{hint}") from exc
-    if value is None:
-        raise ModelResolutionError(f"Secret {name!r} (key {key!r}) for {what} was not found in "
-                                   f"namespace {namespace}")
-    return value
-
-
-def _hub_token(spec: LLMDeploymentSpec, namespace: str, kube: Cluster) -> str | None:
-    ref = spec.model.hub_token_secret_ref
-    if ref is None:
-        return None
-    return _secret(kube, namespace, ref.name, ref.key, "the Hub token")
-
-
-class LazyTokenHubClient(HubClient):
-    """Reads the token Secret only when the Hub is really called: never for catalog or inline models."""
-
-    def __init__(self, token: Callable[[], str | None], *, timeout: float) -> None:
-        super().__init__(timeout=timeout)
-        self._token_source = token
-        self._timeout_seconds = timeout
-
-    def fetch(self, repo_id: str, revision: str | None = None) -> ModelFiles:
-        return HubClient(token=self._token_source(), timeout=self._timeout_seconds).fetch(repo_id, revision)
-
-
 @dataclass
 class Context:
     """What one reconcile learned about the world, reused for every candidate plan."""
@@ -242,20 +211,21 @@ class Context:
 
 
 def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: OperatorSettings) -> Context:
-    """Resolve the model and the GPU pools the spec may use."""
-    model = resolve_spec_model(
-        spec, hub=LazyTokenHubClient(lambda: _hub_token(spec, namespace, kube), timeout=settings.hub_timeout_seconds),
-        secret=lambda name, key, what: _secret(kube, namespace, name, key, what),
-        timeout=settings.hub_timeout_seconds)
+    """Resolve the model and the GPU pools the spec may use (the part of the World that planning reads)."""
+    return context_of(spec, World(read_model(spec, namespace, kube, settings), read_nodes(kube)), settings)
+
+
+def context_of(spec: LLMDeploymentSpec, world: World, settings: OperatorSettings) -> Context:
+    """The GPU pools the spec may use and the plan request per pool, from the World read (no I/O)."""
+    model = world.model
     behaviour = behaviour_of(VLLMVersion.parse(spec.vllm.version or settings.default_vllm_version))
     wanted = spec.gpu.node_selector or {}
-    nodes = kube.gpu_nodes()
-    pools = convert.gpu_pools(spec, ((n.labels, n.allocatable_gpus) for n in nodes))
+    pools = convert.gpu_pools(spec, world.node_pairs())
     pool_memory: dict[str, float] = {}
-    for n in nodes:
-        gpu = gpu_from_labels(n.labels)
+    for n in world.nodes:
+        gpu = gpu_from_labels(dict(n.labels))
         if gpu is not None and all(n.labels.get(k) == v for k, v in wanted.items()):
-            pool_memory[gpu.name] = max(pool_memory.get(gpu.name, 0.0), n.allocatable_memory_gib)
+            pool_memory[gpu.name] = max(pool_memory.get(gpu.name, 0.0), n.memory_gib)
     memory = max(pool_memory.values(), default=0.0)
     floor = max_model_len_floor(floor=spec.remediation.floors.min_max_model_len,
                                 serving_min=spec.serving.min_max_model_len,
@@ -336,19 +306,6 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     workload = children(inputs, live or Live())
     return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape,
                     choice.pool)
-
-
-def read_live(kube: Cluster, owner: Owner, multi_node: bool) -> Live:
-    """The shapes that exist: one GET each (a LeaderWorkerSet only where its CRD is installed)."""
-    lws_available = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", groups.LWS_CRD, "") is not None
-    found: list[int] = []
-    while kube.get("apps/v1", "StatefulSet", groups.group_name(owner.name, len(found)), owner.namespace) is not None:
-        found.append(len(found))
-    lws = lws_available and kube.get(groups.LWS_API_VERSION, "LeaderWorkerSet", owner.name,
-                                     owner.namespace) is not None
-    return Live(lws_available=lws_available,
-                deployment=multi_node and kube.get("apps/v1", "Deployment", owner.name, owner.namespace) is not None,
-                leader_worker_set=lws, groups=tuple(found))
 
 
 def workload_view(kube: Cluster, r: Rendered) -> dict[str, Any] | None:
@@ -483,7 +440,8 @@ class Reconciler:
         except ValidationError as exc:
             return self.fail("InvalidSpec", validation_message(exc))
         try:
-            ctx = context(spec, self.owner.namespace, self.kube, self.settings)
+            world = read_world(spec, self.owner.name, self.owner.namespace, self.kube, self.settings)
+            ctx = context_of(spec, world, self.settings)
         except UnknownGPUError as exc:
             return self.fail("UnknownGPU", str(exc))
         except VersionError as exc:
@@ -505,8 +463,7 @@ class Reconciler:
             message = choice.result.message if isinstance(choice.result, Infeasible) else "no GPU pool"
             return self.fail("Infeasible", message)
         refusal = autoscaling_problem(ctx.spec, choice, self.settings)
-        if refusal is None and ctx.spec.autoscaling is not None and self.kube.get(
-                "apiextensions.k8s.io/v1", "CustomResourceDefinition", KEDA_CRD, "") is None:
+        if refusal is None and ctx.spec.autoscaling is not None and KEDA_CRD not in world.crds:
             refusal = ("NoKEDA", f"spec.autoscaling needs KEDA, whose ScaledObject CRD ({KEDA_CRD}) is not "
                                  "installed; install KEDA, or remove spec.autoscaling")
         if refusal is None and not cache.enabled(ctx.spec):
@@ -517,7 +474,7 @@ class Reconciler:
         if self.cache_status is not None:
             ctx = dataclasses.replace(ctx, cache_claim=self.cache_status.claim_name,
                                       cache_complete=self.cache_status.state == "Complete")
-        live = read_live(self.kube, self.owner, choice.result.config.nodes > 1)
+        live = world.live_for(choice.result.config.nodes > 1)
         current = render(ctx, choice, state.overrides, self.owner, self.settings, live)
         view = workload_view(self.kube, current)
         final, decision = self.remediate(ctx, current, state, view, live)
