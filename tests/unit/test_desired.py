@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.controller import handlers
+from llm_autopilot.controller.admission import review
 from llm_autopilot.controller.gather import read_world
+from llm_autopilot.controller.kube import NodeGPUs
 from llm_autopilot.controller.reconcile import reconcile
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.desired.world import World
 from llm_autopilot.render import groups
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.workload import Live
-from tests.unit.fakes import NAME, NAMESPACE, FakeCluster
+from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
+from tests.unit.fakes import L4, NAME, NAMESPACE, FakeCluster, Run
 
 QWEN_L4 = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"}, "serving": {"maxModelLen": 8192}}
 
@@ -53,3 +60,28 @@ def test_one_gather_step_reads_the_world_before_anything_is_decided() -> None:
     # a Deployment counts as a shape to park only beside a multi-node plan
     live = World(world.model, live=Live(deployment=True))
     assert live.live_for(multi_node=True).deployment and not live.live_for(multi_node=False).deployment
+
+
+def test_admission_and_the_reconcile_refuse_too_many_replicas_with_one_message(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes = [NodeGPUs(dict(L4), 1, 180.0) for _ in range(4)]
+    cluster = FakeCluster(nodes=nodes)
+    cluster.objects[("CustomResourceDefinition", KEDA_CRD)] = {"metadata": {"name": KEDA_CRD}}
+    spec = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"},
+            "autoscaling": {"maxReplicas": 5, "prometheusAddress": "http://prometheus.test:9090"}}
+    run = Run(spec, cluster=cluster)
+    run.once()
+    planned = run.condition("Planned")
+    assert planned["reason"] == "TooManyReplicas"
+    verdict = review(spec, str(DEFAULT_VLLM_VERSION), nodes=lambda: [(n.labels, n.allocatable_gpus) for n in nodes])
+    assert not verdict.allowed and verdict.message == planned["message"]
+    # the webhook reads the nodes from the node index, and from the API server while the index is empty
+    monkeypatch.setitem(handlers._state, "kube", cluster)
+    index = {None: [asyncio.run(handlers.gpu_nodes(body=_node(f"n{i}")))[None] for i in range(2)]}
+    assert handlers.review_nodes(index) == [(L4, 1), (L4, 1)]
+    assert handlers.review_nodes({}) == [(L4, 1)] * 4
+
+
+def _node(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": dict(L4)}, "spec": {},
+            "status": {"allocatable": {"nvidia.com/gpu": "1", "memory": "180Gi"}}}

@@ -19,10 +19,10 @@ from llm_autopilot.api.kubernetes_rules import object_name_problem
 from llm_autopilot.api.sources import PVCSource, S3Source, Source
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import UnknownGPUError, find_gpu
+from llm_autopilot.desired.refusals import max_replicas_problem
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.hub.resolve import ModelResolutionError, pvc_needs_architecture, resolve_offline
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
-from llm_autopilot.planner.pools import replicas_that_fit
 from llm_autopilot.planner.search import plan
 from llm_autopilot.render.vllm_args import unknown_flags
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion, behaviour_of
@@ -92,12 +92,9 @@ def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | 
     if isinstance(result, Infeasible):
         return Verdict(False, result.message)
     if spec.autoscaling is not None and pool is not None:
-        fit = replicas_that_fit(result.config, pool)
-        if spec.autoscaling.max_replicas > fit:
-            return Verdict(False, f"spec.autoscaling.maxReplicas {spec.autoscaling.max_replicas} is more than the "
-                                  f"GPU pool holds: {fit} replicas of {result.summary} fit on its {pool.nodes} "
-                                  f"node(s) of {pool.gpus_per_node} x {pool.gpu.display_name}; set maxReplicas to "
-                                  f"{fit} or fewer")
+        refusal = max_replicas_problem(spec.autoscaling.max_replicas, result, pool)  # the reconcile's message
+        if refusal is not None:
+            return Verdict(False, refusal)
     warnings += list(result.warnings)
     warnings += _plan_notes(spec, result)
     return Verdict(True, warnings=warnings)

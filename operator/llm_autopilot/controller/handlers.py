@@ -448,11 +448,25 @@ def _secret_refusal(spec: dict[str, Any], userinfo: kopf.UserInfo, namespace: st
     return unreadable_secrets_message(client.AuthorizationV1Api(kube().api), userinfo, namespace, names)
 
 
+def review_nodes(index: Any) -> list[tuple[dict[str, str], int]]:
+    """The GPU nodes the webhook plans on: from the node watch's index. While it is empty (the operator has just
+    started and Kopf is still listing, or the cluster has no GPU node) they are read from the API server, so a
+    review never answers from a partial view it could not tell apart from an empty cluster."""
+    indexed = _values_of(index)
+    if indexed:
+        return [(dict(s.body["metadata"]["labels"]), int(s.body["gpus"])) for s in indexed]
+    return [(n.labels, n.allocatable_gpus) for n in kube().gpu_nodes()]
+
+
+def _values_of(index: Any) -> list[Any]:
+    store = index.get(None) if index is not None else None
+    return list(store) if store is not None else []
+
+
 def _review(spec: dict[str, Any], name: str, userinfo: kopf.UserInfo,
-            namespace: str | None) -> tuple[list[str], str | None, int]:
+            namespace: str | None, nodes_index: Any = None) -> tuple[list[str], str | None, int]:
     """(warnings, the refusal or None, its HTTP code: 403 for access, 422 for a spec that cannot work)."""
-    verdict = review(spec, SETTINGS.default_vllm_version, name=name,
-                     nodes=lambda: [(n.labels, n.allocatable_gpus) for n in kube().gpu_nodes()])
+    verdict = review(spec, SETTINGS.default_vllm_version, name=name, nodes=lambda: review_nodes(nodes_index))
     refusal = verdict.message if not verdict.allowed else _secret_refusal(spec, userinfo, namespace)
     telemetry.ADMISSION.labels("rejected" if refusal is not None else "allowed").inc()
     return list(verdict.warnings), refusal, 422 if not verdict.allowed else 403
@@ -465,14 +479,14 @@ def unchanged_spec(operation: str | None, old: Any, new: Any) -> bool:
 
 async def validate(spec: kopf.Spec, name: str, warnings: list[str], userinfo: kopf.UserInfo,
                    namespace: str | None, operation: str | None = None, old: Any = None, new: Any = None,
-                   **_: Any) -> None:
+                   gpu_nodes: Any = None, **_: Any) -> None:
     """The admission review, on the webhook's own threads (reconciles never hold it up); an update that leaves
     the spec alone (Kopf's own annotations, a label) is admitted at once, as the chart's matchConditions do."""
     if unchanged_spec(operation, old, new):
         telemetry.ADMISSION.labels("unchanged").inc()
         return
     found, refusal, code = await asyncio.get_running_loop().run_in_executor(
-        ADMISSION_EXECUTOR, functools.partial(_review, dict(spec), name, userinfo, namespace))
+        ADMISSION_EXECUTOR, functools.partial(_review, dict(spec), name, userinfo, namespace, gpu_nodes))
     warnings.extend(found)
     if refusal is not None:
         raise kopf.AdmissionError(refusal, code=code)

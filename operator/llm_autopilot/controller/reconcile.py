@@ -46,6 +46,7 @@ from llm_autopilot.controller.quiet import (
     unsettled,
 )
 from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.desired.refusals import autoscaling_problem
 from llm_autopilot.desired.world import World
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.hub.resolve import ArchitectureRequired, ModelResolutionError
@@ -57,7 +58,6 @@ from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_f
 from llm_autopilot.remediation.state import MAX_REPLICAS, Author, Limits, RemediationState, effective_replicas
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render import cache, groups, model_volume, rollout
-from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.host_memory import host_memory
 from llm_autopilot.render.kubernetes import Owner, WorkloadInputs, label_selector, memory_limit_gib, plan_hash
 from llm_autopilot.render.vllm_args import ServeOptions, render_vllm_args, unknown_flags
@@ -151,34 +151,6 @@ def observed_replicas(deployment: Mapping[str, Any] | None) -> dict[str, int]:
 
 def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def autoscaling_problem(spec: LLMDeploymentSpec, choice: PoolChoice,
-                        settings: OperatorSettings) -> tuple[str, str] | None:
-    """(reason, message) when spec.autoscaling cannot be honoured: no Prometheus for KEDA, or more replicas than
-    the GPU pool holds (every replica count KEDA may choose must fit)."""
-    policy = spec.autoscaling
-    if policy is None:
-        return None
-    if not (policy.prometheus_address or settings.prometheus_url):
-        return ("NoPrometheus", "spec.autoscaling needs a Prometheus for KEDA to query: set "
-                "spec.autoscaling.prometheusAddress, or LLM_AUTOPILOT_PROMETHEUS_URL for the operator")
-    assert isinstance(choice.result, Plan) and choice.pool is not None
-    message = max_replicas_problem(policy.max_replicas, choice.result, choice.pool)
-    return ("TooManyReplicas", message) if message else None
-
-
-def max_replicas_problem(max_replicas: int, plan: Plan, pool: GPUPool) -> str | None:
-    """Why ``max_replicas`` replicas of ``plan`` do not fit in ``pool`` at once (None: they do, or the pool's
-    nodes are not known)."""
-    if not pool.nodes:
-        return None
-    fit = replicas_that_fit(plan.config, pool)
-    if max_replicas <= fit:
-        return None
-    return (f"spec.autoscaling.maxReplicas {max_replicas} is more than the GPU pool holds: {fit} replicas of "
-            f"{plan.summary} fit on its {pool.nodes} node(s) of {pool.gpus_per_node} x {pool.gpu.display_name}; "
-            f"set maxReplicas to {fit} or fewer")
 
 
 class StatusConflict(RuntimeError):
@@ -462,10 +434,8 @@ class Reconciler:
         if not isinstance(choice.result, Plan) or choice.pool is None:
             message = choice.result.message if isinstance(choice.result, Infeasible) else "no GPU pool"
             return self.fail("Infeasible", message)
-        refusal = autoscaling_problem(ctx.spec, choice, self.settings)
-        if refusal is None and ctx.spec.autoscaling is not None and KEDA_CRD not in world.crds:
-            refusal = ("NoKEDA", f"spec.autoscaling needs KEDA, whose ScaledObject CRD ({KEDA_CRD}) is not "
-                                 "installed; install KEDA, or remove spec.autoscaling")
+        refusal = autoscaling_problem(ctx.spec, choice.result, choice.pool, prometheus_url=self.settings.prometheus_url,
+                                      crds=world.crds)
         if refusal is None and not cache.enabled(ctx.spec):
             refusal = model_volume.unserved_source(ctx.spec)
         if refusal is not None:
