@@ -33,9 +33,8 @@ import yaml
 from hack.vllm_sim import VllmSimulator, add_scrape_target, remove_scrape_target
 
 from tests.e2e.conftest import ROOT, Kubectl, Operator, _free_port, wait_for
+from tests.e2e.helpers import KV_MESSAGE, crash, deploy, running_pods, wait_condition
 from tests.e2e.metrics import prom_query, repeating, wait_for_series
-from tests.e2e.test_operator import running_pods, wait_condition
-from tests.e2e.test_remediation import KV_MESSAGE, crash, deploy
 
 pytestmark = pytest.mark.e2e
 

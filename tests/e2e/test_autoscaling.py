@@ -19,8 +19,8 @@ import yaml
 from hack.vllm_sim import VllmSimulator
 
 from tests.e2e.conftest import Kubectl, Operator, wait_for
+from tests.e2e.helpers import running_pods, wait_condition
 from tests.e2e.metrics import forget_namespace, repeating, wait_for_series
-from tests.e2e.test_operator import running_pods, wait_condition
 
 pytestmark = pytest.mark.e2e
 NAME = "chat"

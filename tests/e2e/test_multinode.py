@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import ROOT, Kubectl, Operator, wait_for
-from tests.e2e.test_operator import apply_example, condition, running_pods, wait_condition
-from tests.e2e.test_remediation import remediation
+from tests.e2e.helpers import apply_example, condition, remediation, running_pods, wait_condition
 
 pytestmark = pytest.mark.e2e
 NAME = "llama-405b"

@@ -10,55 +10,12 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, Operator, _free_port, wait_for
+from tests.e2e.helpers import EXAMPLES, apply_example, args_of, condition, flag, running_pods, wait_condition
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 pytestmark = pytest.mark.e2e
 #: deleting an LLMDeployment: Kopf removes its finalizer at once, or, when the resync timer is mid-run, at its
 #: next check (settings.background.cancellation_polling, 60 s); with room for a loaded machine
 DELETE_SECONDS = 60 + 60
-
-
-def apply_example(kubectl: Kubectl, namespace: str, name: str, **changes: Any) -> dict[str, Any]:
-    obj: dict[str, Any] = yaml.safe_load((EXAMPLES / name).read_text())
-    for path, value in changes.items():
-        node = obj["spec"]
-        *parents, leaf = path.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[leaf] = value
-    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
-    return obj
-
-
-def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c["type"] == type_:
-            return dict(c)
-    return None
-
-
-def wait_condition(kubectl: Kubectl, ns: str, name: str, type_: str, status: str,
-                   timeout: float = 60) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        obj = kubectl.maybe("llmd", name, "-n", ns)
-        c = condition(obj, type_)
-        return obj if c and c["status"] == status else None
-
-    result: dict[str, Any] = wait_for(f"{name} {type_}={status}", check, timeout)
-    return result
-
-
-def args_of(deployment: dict[str, Any]) -> list[str]:
-    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
-
-
-def flag(args: list[str], name: str) -> str:
-    return args[args.index(name) + 1]
-
-
-def running_pods(kubectl: Kubectl, ns: str, instance: str) -> list[dict[str, Any]]:
-    pods = kubectl.json("pods", "-n", ns, "-l", f"app.kubernetes.io/instance={instance}")["items"]
-    return [p for p in pods if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")]
 
 
 def node_product(kubectl: Kubectl, node: str) -> str:

@@ -3,54 +3,14 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.e2e.conftest import Kubectl, Operator, wait_for
-from tests.e2e.test_operator import args_of, flag, running_pods, wait_condition
+from tests.e2e.helpers import KV_MESSAGE, args_of, crash, deploy, flag, remediation, running_pods, wait_condition
 
 pytestmark = pytest.mark.e2e
-KV_MESSAGE = (
-    "ValueError: To serve at least one request with the model's max seq len (32768), (4.5 GiB KV cache is needed, "
-    "which is larger than the available KV cache memory (3.1 GiB). Based on the available memory, the estimated "
-    "maximum model length is 22416. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
-    "initializing the engine.\nRuntimeError: Engine core initialization failed. See root cause above.")
-
-
-def deploy(kubectl: Kubectl, ns: str, name: str = "qwen", serving: dict[str, Any] | None = None,
-           **remediation: Any) -> None:
-    obj = {"apiVersion": "llm-autopilot.io/v1alpha1", "kind": "LLMDeployment", "metadata": {"name": name},
-           "spec": {"model": {"name": "Qwen/Qwen3-8B"},
-                    "gpu": {"product": "nvidia-l4", "maxGPUs": 1,
-                            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists"}]},
-                    "serving": serving or {"maxModelLen": 32768, "minMaxModelLen": 8192,
-                                           "allowedKVCacheDtypes": ["auto", "fp8"]},
-                    "remediation": {"cooldownSeconds": 0, **remediation}}}
-    kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(obj))
-    wait_condition(kubectl, ns, name, "Ready", "True", timeout=90)
-
-
-def crash(kubectl: Kubectl, ns: str, name: str, reason: str, exit_code: int, message: str = "") -> str:
-    """Write a container termination into a Running pod's status, as the kubelet does after a restart."""
-    pod = running_pods(kubectl, ns, name)[0]
-    status = pod["status"]["containerStatuses"][0]
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    terminated = {"reason": reason, "exitCode": exit_code, "startedAt": stamp, "finishedAt": stamp}
-    if message:
-        terminated["message"] = message
-    status.update(restartCount=int(status.get("restartCount", 0)) + 1, lastState={"terminated": terminated})
-    patch = {"status": {"containerStatuses": [status]}}
-    kubectl("patch", "pod", pod["metadata"]["name"], "-n", ns, "--subresource=status", "--type=merge",
-            "-p", json.dumps(patch))
-    return str(pod["metadata"]["name"])
-
-
-def remediation(kubectl: Kubectl, ns: str, name: str = "qwen") -> dict[str, Any]:
-    return dict((kubectl.json("llmd", name, "-n", ns).get("status") or {}).get("remediation") or {})
-
 
 def container(kubectl: Kubectl, ns: str, name: str = "qwen") -> dict[str, Any]:
     return dict(kubectl.json("deployment", name, "-n", ns)["spec"]["template"]["spec"]["containers"][0])

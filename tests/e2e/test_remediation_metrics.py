@@ -12,9 +12,8 @@ import yaml
 from hack.vllm_sim import VllmSimulator
 
 from tests.e2e.conftest import Kubectl, Operator, wait_for
+from tests.e2e.helpers import args_of, crash, remediation, running_pods, wait_condition
 from tests.e2e.metrics import forget_namespace, prometheus_stopped, repeating
-from tests.e2e.test_operator import args_of, running_pods, wait_condition
-from tests.e2e.test_remediation import crash, remediation
 
 pytestmark = pytest.mark.e2e
 WINDOW = 30  # kvSaturationWindowSeconds (the API's minimum)

@@ -58,3 +58,12 @@ def test_pure_modules_in_shell_packages(module: str) -> None:
         assert not name.startswith(SHELLS), f"{module} imports shell {name}"
         if name.startswith("llm_autopilot."):
             assert name.split(".")[1] in PURE_FILES[module], f"{module} imports {name}"
+
+
+def test_e2e_modules_share_helpers_instead_of_importing_each_other() -> None:
+    e2e = PACKAGE.parents[1] / "tests" / "e2e"
+    modules = sorted(e2e.glob("test_*.py"))
+    assert modules and (e2e / "helpers.py").exists()
+    for path in modules:
+        for name in _imports(path):
+            assert not name.startswith("tests.e2e.test_"), f"{path.name} imports {name}: move it to helpers.py"
