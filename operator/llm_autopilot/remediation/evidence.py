@@ -11,6 +11,7 @@ from typing import Any
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Targets
 from llm_autopilot.remediation.classify import TERMINATION_MESSAGE, Classification, classify_termination
+from llm_autopilot.remediation.knobs import KNOBS
 from llm_autopilot.remediation.ladder import Overrides
 from llm_autopilot.remediation.text import clean_line
 
@@ -151,16 +152,10 @@ def apply_overrides(targets: Targets, o: Overrides, *, floor_max_model_len: int)
         changes["max_model_len"] = desired
         changes["min_max_model_len"] = max(min(targets.min_max_model_len or desired, desired),
                                            min(floor_max_model_len, desired))
-    if o.max_num_batched_tokens is not None:
-        changes["max_num_batched_tokens"] = o.max_num_batched_tokens
-    if o.max_num_seqs is not None:
-        changes["max_num_seqs"] = o.max_num_seqs
-    if o.enforce_eager:
-        changes["enforce_eager"] = True
-    if o.gpu_memory_utilization is not None:
-        changes["gpu_memory_utilization"] = o.gpu_memory_utilization
+    for knob in KNOBS:  # the knobs that set a planner target as they are (the table says which)
+        value = getattr(o, knob.field)
+        if knob.target is not None and value is not None and value is not False:
+            changes[knob.target] = value
     if o.fp8_kv_cache:
         changes["allowed_kv_cache_dtypes"] = (KVCacheDtype.FP8,)
-    if o.min_gpus is not None:
-        changes["min_gpus"] = o.min_gpus
     return dataclasses.replace(targets, **changes)

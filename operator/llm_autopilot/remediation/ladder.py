@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_autopilot.planner.plan import DEFAULT_MIN_MAX_MODEL_LEN
+from llm_autopilot.remediation import knobs
 from llm_autopilot.remediation.classify import Classification, Signal
 
 _LEN_ROUNDING = 256
@@ -35,19 +36,11 @@ class Overrides:
     memory_limit_gib: float | None = None
 
     def to_status(self) -> dict[str, Any]:
-        names = {"max_model_len": "maxModelLen", "max_num_batched_tokens": "maxNumBatchedTokens",
-                 "max_num_seqs": "maxNumSeqs", "enforce_eager": "enforceEager",
-                 "gpu_memory_utilization": "gpuMemoryUtilization", "fp8_kv_cache": "fp8KVCache",
-                 "min_gpus": "minGPUs", "replicas": "replicas", "memory_limit_gib": "memoryLimitGiB"}
-        return {names[k]: v for k, v in dataclasses.asdict(self).items() if v not in (None, False)}
+        return knobs.to_status(dataclasses.asdict(self))
 
     @classmethod
     def from_status(cls, data: dict[str, Any] | None) -> Overrides:
-        d = data or {}
-        return cls(max_model_len=d.get("maxModelLen"), max_num_batched_tokens=d.get("maxNumBatchedTokens"),
-                   max_num_seqs=d.get("maxNumSeqs"), enforce_eager=bool(d.get("enforceEager")),
-                   gpu_memory_utilization=d.get("gpuMemoryUtilization"), fp8_kv_cache=bool(d.get("fp8KVCache")),
-                   min_gpus=d.get("minGPUs"), replicas=d.get("replicas"), memory_limit_gib=d.get("memoryLimitGiB"))
+        return cls(**knobs.from_status(data))
 
 
 @dataclass(frozen=True)

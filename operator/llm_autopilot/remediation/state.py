@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from llm_autopilot.api.v1alpha1 import RemediationEvent, RemediationOverrides, RemediationStatus
 from llm_autopilot.remediation.guards import MAX_RELAX_BACKOFF
+from llm_autopilot.remediation.knobs import KNOBS, Kind, Knob
 from llm_autopilot.remediation.ladder import Overrides
 
 HISTORY_LIMIT = 20
@@ -169,7 +170,6 @@ class _Reader:
         return None
 
     def overrides(self, where: str, raw: Mapping[str, Any], limits: Limits) -> RemediationOverrides:
-        memory_cap = limits.node_memory_gib if limits.node_memory_gib > 0 else None
         replicas = raw.get("replicas")
         clamped_replicas = clamp_replicas(replicas, limits.spec_replicas, limits.max_replicas)
         if replicas is not None and clamped_replicas != replicas:
@@ -177,23 +177,20 @@ class _Reader:
             outcome = "ignored" if clamped_replicas is None else f"clamped to {clamped_replicas}"
             self.warn(f"{where}.replicas {replicas!r} is outside 1..{bound}; {outcome}")
         generation = raw.get("generation")
+        values: dict[str, Any] = {knob.field: self.knob(where, raw, knob, limits) for knob in KNOBS
+                                  if knob.field not in ("replicas",)}
         return RemediationOverrides(
             generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
-            max_model_len=self.bounded(f"{where}.maxModelLen", raw.get("maxModelLen"), limits.floor_max_model_len,
-                                       None),
-            max_num_batched_tokens=self.bounded(f"{where}.maxNumBatchedTokens", raw.get("maxNumBatchedTokens"),
-                                                limits.floor_max_num_batched_tokens, None),
-            max_num_seqs=self.bounded(f"{where}.maxNumSeqs", raw.get("maxNumSeqs"), limits.floor_max_num_seqs, None),
-            enforce_eager=self.flag(f"{where}.enforceEager", raw.get("enforceEager")),
-            gpu_memory_utilization=self.bounded(
-                f"{where}.gpuMemoryUtilization", raw.get("gpuMemoryUtilization"),
-                limits.floor_gpu_memory_utilization, 1.0, convert=_number, positive=True),
-            fp8_kv_cache=self.flag(f"{where}.fp8KVCache", raw.get("fp8KVCache")),
-            min_gpus=self.bounded(f"{where}.minGPUs", raw.get("minGPUs"), 1, limits.max_gpus),
-            replicas=clamped_replicas,
-            memory_limit_gib=self.bounded(f"{where}.memoryLimitGiB", raw.get("memoryLimitGiB"), 1.0, memory_cap,
-                                          convert=_number, positive=True),
-        )
+            replicas=clamped_replicas, **values)
+
+    def knob(self, where: str, raw: Mapping[str, Any], knob: Knob, limits: Limits) -> Any:
+        """One knob of an applied entry, read as the table declares it."""
+        value = raw.get(knob.alias)
+        if knob.kind is Kind.FLAG:
+            return self.flag(f"{where}.{knob.alias}", value)
+        low = knob.low(limits)
+        return self.bounded(f"{where}.{knob.alias}", value, low if low is not None else 0, knob.high(limits),
+                            convert=_number if knob.kind is Kind.NUMBER else _integer, positive=knob.positive)
 
 
 class RemediationState(RemediationStatus):
