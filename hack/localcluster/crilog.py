@@ -18,6 +18,9 @@ from typing import IO
 
 TERMINATION_LOG_LINES = 80
 TERMINATION_LOG_BYTES = 2048
+#: the kubelet reads at most the last 4096 bytes of a terminationMessagePath file
+#: (``MaxContainerTerminationMessageLength``, read with ``tail.ReadAtMost`` in kuberuntime_container.go)
+TERMINATION_MESSAGE_BYTES = 4096
 
 
 def rfc3339_nano(moment: datetime.datetime | None = None) -> str:
@@ -82,6 +85,17 @@ def read_log(path: Path, *, tail_lines: int | None = None, limit_bytes: int | No
     data = "".join(lines).encode()
     # limitBytes counts from the start of what would be returned (the kubelet stops writing at the limit)
     return data[:limit_bytes] if limit_bytes is not None else data
+
+
+def message_file(path: Path) -> str:
+    """What a container wrote to its terminationMessagePath: the file's last 4096 bytes ("" when absent)."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - TERMINATION_MESSAGE_BYTES))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def termination_message(path: Path) -> str:

@@ -15,8 +15,10 @@ Follows the kubelet's rules where the operator can see them:
   container's own mount namespace, read-only when the volumeMount or the claim's volume source says
   ``readOnly`` (a write gets EROFS); ``subPath`` too. Nothing else of the host is given: a container's HOME,
   unless its spec sets one, is a fresh empty folder per container instance (its image's writable layer);
-- ``lastState.terminated`` with exitCode, reason (``OOMKilled`` from the memory cgroup), times, and with
-  ``FallbackToLogsOnError`` the last 80 lines / 2048 bytes of the log as the message, for a non-zero exit;
+- ``lastState.terminated`` with exitCode, reason (``OOMKilled`` from the memory cgroup), times, and the
+  message: what the container wrote to its ``terminationMessagePath`` (a per-instance file of the pod's folder
+  bind-mounted there, default ``/dev/termination-log``; its last 4096 bytes, as the kubelet reads it), else
+  with ``FallbackToLogsOnError`` the last 80 lines / 2048 bytes of the log, for a non-zero exit;
 - the log of the current and the previous instance stay readable (``pods/log``, ``previous=true``).
 """
 
@@ -35,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from . import runtime
-from .crilog import rfc3339_nano, termination_message
+from .crilog import message_file, rfc3339_nano, termination_message
 from .memcg import MemoryCgroup
 from .podnet import PodNetwork
 
@@ -219,6 +221,11 @@ class PodWorker(threading.Thread):
     def log_path(self, container: str, restart: int) -> Path:
         return self.dir / container / f"{restart}.log"
 
+    def message_path(self, container: str, restart: int) -> Path:
+        """The host file behind a container instance's terminationMessagePath (the kubelet's
+        ``pods/<uid>/containers/<name>/<id>``), world-writable as the kubelet makes it."""
+        return self.dir / container / f"{restart}.termination-log"
+
     def container(self, name: str) -> Container | None:
         return next((c for c in self.containers if c.name == name), None)
 
@@ -281,7 +288,7 @@ class PodWorker(threading.Thread):
             argv = [*(c.spec.get("command") or []), *(c.spec.get("args") or [])]
             argv += self.kubelet.environment.extra_args(c.spec, self.kubelet_node)
             c.oom_kills_before = 0
-            mounts = self._mounts(c)
+            mounts = self._mounts(c) + self._termination_mount(c)
             c.instance = runtime.start(network=self.network, cgroup=cgroup, memory_limit_bytes=limit, argv=argv,
                                        env=env, path=image.path, workdir=self.dir / "workdir",
                                        log_path=self.log_path(c.name, c.restart_count), mounts=mounts)
@@ -341,6 +348,20 @@ class PodWorker(threading.Thread):
                 target=mount["mountPath"], source=None if memory else (folder / sub_path if sub_path else folder),
                 size_bytes=quantity_bytes(empty_dir.get("sizeLimit")), read_only=read_only))
         return tuple(mounts)
+
+    def _termination_mount(self, c: Container) -> tuple[runtime.Mount, ...]:
+        """The termination message file: fresh and empty for each instance, bound last (over any volume)."""
+        target = str(c.spec.get("terminationMessagePath") or "")
+        if not target:
+            return ()
+        if not target.startswith("/"):
+            raise runtime.StartError("CreateContainerConfigError",
+                                     f"terminationMessagePath {target!r} must be an absolute path")
+        host = self.message_path(c.name, c.restart_count)
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_bytes(b"")
+        host.chmod(0o666)
+        return (runtime.Mount(target=target, source=host, file=True, create_source=False),)
 
     def _claim_folder(self, claim_name: str) -> Path:
         code, claim = self.kubelet.api.request(
@@ -442,8 +463,11 @@ class PodWorker(threading.Thread):
         ended = runtime.reap(c.instance, c.oom_kills_before)
         c.instance, c.started, c.ready = None, False, False
         log = self.log_path(c.name, c.restart_count)
-        fallback = c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError" and ended.exit_code != 0
-        c.last_exit, c.last_message = ended, termination_message(log) if fallback else ""
+        written = message_file(self.message_path(c.name, c.restart_count)) if c.spec.get(
+            "terminationMessagePath") else ""
+        fallback = (not written and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+                    and ended.exit_code != 0)
+        c.last_exit, c.last_message = ended, termination_message(log) if fallback else written
         self.kubelet.log(f"{self.namespace}/{self.name}/{c.name}: exited {ended.exit_code} ({ended.reason}), "
                          f"peak memory {ended.peak_memory_bytes / 2**20:.0f} MiB")
         if ended.reason == "OOMKilled":

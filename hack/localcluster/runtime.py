@@ -39,9 +39,16 @@ class Mount:
     size_bytes: int | None = None
     read_only: bool = False
     create_source: bool = True  # an emptyDir's folder is made on first use; a PersistentVolume's must exist
+    file: bool = False  # a single file (the termination message), bound over a file
 
     def shell(self) -> str:
         target = shlex.quote(self.target)
+        if self.file:
+            # the mount point: an empty file, made on the host's file system if missing (as mkdir -p makes a
+            # folder's), e.g. /dev/termination-log; the file bound over it is the container's own
+            parent = shlex.quote(str(Path(self.target).parent))
+            bind = f"mount --bind {shlex.quote(str(self.source))} {target}"
+            return f"{{ [ -e {target} ] || {{ mkdir -p {parent} && : > {target}; }}; }} && {bind}"
         if self.source is None:
             size = f",size={self.size_bytes}" if self.size_bytes else ""
             command = f"mount -t tmpfs -o mode=1777{size} tmpfs {target}"
@@ -100,7 +107,10 @@ def start(*, network: PodNetwork, cgroup: MemoryCgroup, memory_limit_bytes: int 
     if executable is None:
         raise StartError("CreateContainerError", f'executable "{argv[0] if argv else ""}" not found in $PATH ({path})')
     for mount in mounts:
-        if mount.source is not None and mount.create_source:
+        if mount.file:
+            if mount.source is None or not mount.source.is_file():
+                raise StartError("CreateContainerError", f"file {mount.source} to mount at {mount.target} is missing")
+        elif mount.source is not None and mount.create_source:
             mount.source.mkdir(parents=True, exist_ok=True)
         elif mount.source is not None and not mount.source.is_dir():
             raise StartError("CreateContainerConfigError", f"volume source {mount.source} does not exist")

@@ -57,10 +57,13 @@ def kv_room_fixture(kubectl: Kubectl) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def operator_for(kubectl: Kubectl, namespace: str, workdir: Path) -> Iterator[Operator]:
-    """An operator of this test's own, watching only its namespace, with the local Hub and Prometheus (no
-    webhook: admission is not what these tests are about)."""
-    env = {**kubectl.env, "LLM_AUTOPILOT_RESYNC_SECONDS": "3", "HF_ENDPOINT": kubectl.env["LLM_AUTOPILOT_LOCAL_HUB"],
+def operator_for(kubectl: Kubectl, namespace: str, workdir: Path,
+                 hub: str | None = None) -> Iterator[Operator]:
+    """An operator of this test's own, watching only its namespace, with the local Hub (or ``hub``: e.g. a
+    closed port, for an air-gapped cluster) and Prometheus (no webhook: admission is not what these tests are
+    about)."""
+    env = {**kubectl.env, "LLM_AUTOPILOT_RESYNC_SECONDS": "3",
+           "HF_ENDPOINT": hub or kubectl.env["LLM_AUTOPILOT_LOCAL_HUB"],
            "HF_HOME": str(workdir / "hf-home"), "LLM_AUTOPILOT_METRICS_PORT": str(_free_port())}
     operator = Operator(env, workdir / "operator.log", [f"--namespace={namespace}"]).start()
     try:

@@ -71,9 +71,10 @@ CASES: dict[str, Case] = {
     "infeasible": Case({"model": {"name": "meta-llama/Llama-3.1-405B"}, "gpu": {"product": "nvidia-l4",
                                                                              "maxGPUs": 1}},
                        {"Planned": ("False", "Infeasible")}, absent=("Ready",)),
-    "pvc model without its architecture": Case(
+    # a pvc:// model outside the catalog is read from its volume by an inspect Job: first the claim must exist
+    "pvc model whose claim is missing": Case(
         {"model": {"name": "acme/private", "source": "pvc://models/private"}, "gpu": {"product": "nvidia-h100-80gb"}},
-        {"Planned": ("False", "ArchitectureRequired")}),
+        {"Planned": ("False", "SourceNotFound")}),
     "autoscaling without Prometheus": Case({**SCALED, "autoscaling": {"maxReplicas": 2}},
                                            {"Planned": ("False", "NoPrometheus")}, cluster=_four_l4),
     "autoscaling beyond the pool": Case({**SCALED, "autoscaling": {"maxReplicas": 5, "prometheusAddress": PROM}},

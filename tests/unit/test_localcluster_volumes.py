@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hack.localcluster import local_path, runtime, s3
+from hack.localcluster import crilog, local_path, runtime, s3
 from hack.localcluster.podworker import Environment, Image, VolumeNotReady, claim_source, restarts
 
 
@@ -90,6 +90,31 @@ def test_mounts_are_binds_made_read_only_in_the_container_namespace() -> None:
     assert ro == ("mkdir -p /models && mount --bind /vol/pvc-1 /models && mount -o remount,bind,ro /models")
     tmpfs = runtime.Mount(target="/dev/shm", size_bytes=2**30).shell()
     assert tmpfs == f"mkdir -p /dev/shm && mount -t tmpfs -o mode=1777,size={2**30} tmpfs /dev/shm"
+
+
+def test_the_termination_message_file_is_bound_over_its_path_and_read_as_the_kubelet_reads_it(
+        tmp_path: Path) -> None:
+    mount = runtime.Mount(target="/dev/termination-log", source=Path("/pods/p/main/0.termination-log"), file=True,
+                          create_source=False).shell()
+    assert mount == ("{ [ -e /dev/termination-log ] || { mkdir -p /dev && : > /dev/termination-log; }; } && "
+                     "mount --bind /pods/p/main/0.termination-log /dev/termination-log")
+    written = tmp_path / "0.termination-log"
+    assert crilog.message_file(written) == ""  # never written: empty (FallbackToLogsOnError may apply)
+    written.write_text('{"ok": true}')
+    assert crilog.message_file(written) == '{"ok": true}'
+    written.write_bytes(b"a" * 10 + b"b" * crilog.TERMINATION_MESSAGE_BYTES)
+    assert crilog.message_file(written) == "b" * 4096  # the last 4096 bytes, as tail.ReadAtMost
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_a_file_bound_in_a_private_mount_namespace_receives_what_the_process_writes(tmp_path: Path) -> None:
+    host, target = tmp_path / "host-file", tmp_path / "in-container" / "termination-log"
+    host.write_bytes(b"")
+    mount = runtime.Mount(target=str(target), source=host, file=True, create_source=False)
+    script = f"{mount.shell()} && echo -n report > {target}"
+    subprocess.run(["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script], check=True)
+    assert host.read_text() == "report"
+    assert target.is_file() and target.read_text() == ""  # the mount point outside stayed an empty file
 
 
 @pytest.mark.parametrize(("policy", "code", "again"), [

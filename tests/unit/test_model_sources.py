@@ -53,16 +53,14 @@ def test_hub_pods_mount_no_model_volume() -> None:
     assert pod["containers"][0]["args"][0] == "Qwen/Qwen3-8B"
 
 
-def test_a_pvc_model_outside_the_catalog_needs_its_architecture() -> None:
+def test_a_pvc_model_outside_the_catalog_is_read_from_its_volume_not_refused() -> None:
     body = {**PVC_QWEN, "model": {"name": "acme/private", "source": "pvc://models/private"}}
     verdict = review(body, V)
-    assert not verdict.allowed
-    assert "cannot read config.json from a volume" in verdict.message
-    assert "missing: hidden_size, num_hidden_layers" in verdict.message
+    assert verdict.allowed and any("by a short inspect Job" in w for w in verdict.warnings)
     run = Run(body)
     out = run.once()
-    assert run.condition("Planned")["reason"] == "ArchitectureRequired" and out.settled and not out.retry
-    assert ("Deployment", "x") not in run.cluster.objects
+    assert run.condition("Planned")["reason"] == "SourceNotFound" and out.retry  # no claim 'models' here
+    assert run.cluster.objects == {}
 
 
 def test_a_pvc_model_described_inline_is_admitted_and_planned() -> None:

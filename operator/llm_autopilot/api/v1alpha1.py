@@ -989,6 +989,22 @@ class CacheStatus(APIModel):
     message: str = Field("", description="Why a download failed.")
 
 
+class SourceStatus(APIModel):
+    """What the operator read from a pvc:// source (its inspect Job), for the planner: kept until the source or
+    the claim changes, so the volume is inspected once."""
+
+    uri: str = Field(description="The source inspected (spec.model.source).")
+    claim_uid: str = Field(alias="claimUID", description="The uid of the PersistentVolumeClaim inspected.")
+    state: Literal["Inspecting", "Inspected", "Failed"] = Field(description="Where the inspection is.")
+    job_name: str | None = Field(None, description="The inspect Job.")
+    config: dict[str, Any] | None = Field(
+        None, description="config.json's fields the planner reads, as read from the volume.")
+    checkpoint_bytes: int | None = Field(None, ge=0, description="Bytes of the *.safetensors files on the volume.")
+    weight_files: int | None = Field(None, ge=0, description="Weight files (*.safetensors) on the volume.")
+    files: int | None = Field(None, ge=0, description="Files in the model's folder.")
+    message: str = Field("", description="Why the inspection failed.")
+
+
 class LLMDeploymentStatus(APIModel):
     observed_generation: int | None = Field(None, description="The spec generation last reconciled.")
     replicas: int | None = Field(
@@ -1000,6 +1016,7 @@ class LLMDeploymentStatus(APIModel):
     conditions: list[Condition] = Field(default_factory=list, description="Planned, Ready, Degraded...")
     remediation: RemediationStatus | None = Field(None, description="Remediation rung and history.")
     cache: CacheStatus | None = Field(None, description="The model cache's download (spec.model.cache).")
+    source: SourceStatus | None = Field(None, description="What was read from a pvc:// source's volume.")
 
 
 class LLMDeployment(APIModel):

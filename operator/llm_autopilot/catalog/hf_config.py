@@ -270,3 +270,47 @@ def parse_hf_config(
         )
     except InvalidArchitecture as exc:
         raise ModelConfigError(f"config.json does not describe a model: {'; '.join(exc.problems)}") from exc
+
+
+#: every config.json field parse_hf_config reads (top level and under ``text_config``)
+PLANNER_FIELDS = frozenset({
+    "architectures", "model_type", "hidden_size", "d_model", "n_embd", "num_hidden_layers", "n_layer",
+    "num_layers", "num_attention_heads", "n_head", "num_key_value_heads", "num_kv_heads", "head_dim",
+    "intermediate_size", "ffn_dim", "n_inner", "vocab_size", "max_position_embeddings", "max_seq_len",
+    "seq_length", "n_positions", "torch_dtype", "dtype", "tie_word_embeddings", "sliding_window",
+    "sliding_window_pattern", "use_sliding_window", "layer_types", "num_experts", "num_local_experts",
+    "n_routed_experts", "n_shared_experts", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "num_experts_per_tok", "num_experts_per_token", "first_k_dense_replace", "kv_lora_rank", "qk_rope_head_dim",
+    "qk_nope_head_dim", "v_head_dim", "q_lora_rank", "quantization_config", "text_config"})
+#: the quantization_config fields parse_quantization_config reads (config_groups: each group's ``weights``)
+QUANTIZATION_FIELDS = frozenset({"quant_method", "quant_algo", "bits", "w_bit", "group_size", "q_group_size",
+                                 "config_groups"})
+_WEIGHTS_FIELDS = frozenset({"num_bits", "type", "group_size"})
+
+
+def _only(config: Mapping[str, Any], fields: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k in fields}
+
+
+def planner_view(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a config.json the planner reads (parse_hf_config gives the same architecture for both): small
+    enough to carry in a termination message, with nothing else of the file (no tokens, no paths)."""
+    view = _only(config, PLANNER_FIELDS - {"text_config", "quantization_config"})
+    text = config.get("text_config")
+    if isinstance(text, Mapping):
+        view["text_config"] = planner_view({k: v for k, v in text.items() if k != "text_config"})
+    elif text is not None:
+        view["text_config"] = text
+    qc = config.get("quantization_config")
+    if isinstance(qc, Mapping):
+        quant = _only(qc, QUANTIZATION_FIELDS)
+        groups = qc.get("config_groups")
+        if isinstance(groups, Mapping):
+            quant["config_groups"] = {
+                str(name): ({"weights": _only(g["weights"], _WEIGHTS_FIELDS)}
+                            if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping) else {})
+                for name, g in groups.items()}
+        view["quantization_config"] = quant
+    elif qc is not None:
+        view["quantization_config"] = qc
+    return view

@@ -392,6 +392,33 @@ def fetch_command(source: str, dest: str, revision: str | None, s3_endpoint: str
         Path(termination_log).write_text(summary.as_json())
 
 
+@cli.command(name="inspect-volume")
+@click.argument("folder", type=click.Path(path_type=str))
+@click.option("--termination-log", default="/dev/termination-log", show_default=True,
+              help="Where the report is written for the pod's status (skipped when not writable).")
+def inspect_volume_command(folder: str, termination_log: str) -> None:
+    """Report what the planner needs from the model in FOLDER: config.json's planner fields, the weights' bytes.
+
+    Prints one JSON line and writes it to the termination message; exits 2 when FOLDER holds no model that
+    can be planned for (the report then says why)."""
+    from pathlib import Path  # noqa: PLC0415
+
+    from llm_autopilot.api.inspection import InspectionFailure, InspectionReport, encode  # noqa: PLC0415
+    from llm_autopilot.storage.inspect import InspectError, failure, inspect_folder  # noqa: PLC0415
+
+    report: InspectionReport | InspectionFailure
+    try:
+        report = inspect_folder(Path(folder))
+    except InspectError as exc:
+        report = failure(str(exc))
+    text = encode(report)
+    click.echo(text)
+    with contextlib.suppress(OSError):  # not in a pod
+        Path(termination_log).write_text(text)
+    if isinstance(report, InspectionFailure):
+        fail(report.error)
+
+
 @cli.command()
 def crd() -> None:
     """Print the LLMDeployment CustomResourceDefinition."""

@@ -21,7 +21,7 @@ from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import UnknownGPUError, find_gpu
 from llm_autopilot.desired.refusals import max_replicas_problem
 from llm_autopilot.domain.gpu import GPUSpec
-from llm_autopilot.hub.resolve import ModelResolutionError, pvc_needs_architecture, resolve_offline
+from llm_autopilot.hub.resolve import ModelResolutionError, resolve_offline
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.search import plan
 from llm_autopilot.render.vllm_args import unknown_flags
@@ -76,9 +76,6 @@ def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | 
                                 variants=convert.variants(spec), use_catalog=not isinstance(where, S3Source))
     except ModelResolutionError as exc:
         return Verdict(False, f"spec.model.architecture: {exc}")
-    if model is None and isinstance(where, PVCSource):
-        return Verdict(False, "spec.model.source: " + pvc_needs_architecture(
-            spec.model.name, where.uri, override.as_hf_config() if override else None))
     if model is None:
         warnings.append(_fetched_later(spec.model.name, where))
         return Verdict(True, warnings=warnings)
@@ -112,6 +109,9 @@ def _plan_notes(spec: LLMDeploymentSpec, result: Plan) -> list[str]:
 
 
 def _fetched_later(name: str, where: Source) -> str:
+    if isinstance(where, PVCSource):
+        return (f"{name} is not in the built-in catalog: its config.json is read from {where.uri} by a short inspect "
+                "Job when the operator reconciles it, and the plan checked then")
     if isinstance(where, S3Source):
         return (f"{name}: its config.json and safetensors index are read from {where.uri} and the plan checked "
                 "when the operator reconciles it")

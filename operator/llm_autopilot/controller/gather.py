@@ -197,13 +197,14 @@ class LazyTokenHubClient(HubClient):
         return HubClient(token=self._token_source(), timeout=self._timeout_seconds).fetch(repo_id, revision)
 
 
-def read_model(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource,
-               settings: OperatorSettings) -> ModelArchitecture:
-    """The model's architecture from its source; raises ModelResolutionError (and its kinds) or SecretUnreadable."""
+def read_model(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource, settings: OperatorSettings,
+               volume: ModelFiles | None = None) -> ModelArchitecture:
+    """The model's architecture from its source (``volume``: what a pvc:// source's inspect Job read); raises
+    ModelResolutionError (and its kinds) or SecretUnreadable."""
     return resolve_spec_model(
         spec, hub=LazyTokenHubClient(lambda: hub_token(spec, namespace, kube), timeout=settings.hub_timeout_seconds),
         secret=lambda name, key, what: secret(kube, namespace, name, key, what),
-        timeout=settings.hub_timeout_seconds)
+        timeout=settings.hub_timeout_seconds, volume=volume)
 
 
 def read_live(kube: WorldSource, name: str, namespace: str, lws_available: bool) -> Live:
@@ -225,11 +226,11 @@ def crd_installed(kube: WorldSource, name: str) -> bool:
 
 
 def read_world(spec: LLMDeploymentSpec, name: str, namespace: str, kube: WorldSource,
-               settings: OperatorSettings) -> World:
+               settings: OperatorSettings, volume: ModelFiles | None = None) -> World:
     """Everything one reconcile of namespace/name decides on, read once before deciding: the model first (its
     failure is the reconcile's answer), then the GPU nodes, the CRDs (KEDA's only when spec.autoscaling asks for
     it) and the live shapes."""
-    model, nodes = read_model(spec, namespace, kube, settings), read_nodes(kube)
+    model, nodes = read_model(spec, namespace, kube, settings, volume), read_nodes(kube)
     asked = (groups.LWS_CRD, *((KEDA_CRD,) if spec.autoscaling is not None else ()))
     crds = frozenset(c for c in asked if crd_installed(kube, c))
     return World(model, nodes, crds, read_live(kube, name, namespace, groups.LWS_CRD in crds))

@@ -23,7 +23,7 @@ from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_re
 from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
-from llm_autopilot.controller import cache_step, telemetry
+from llm_autopilot.controller import cache_step, inspect_step, telemetry
 from llm_autopilot.controller.gather import (
     Gatherer,
     PodSource,
@@ -411,8 +411,14 @@ class Reconciler:
             spec = LLMDeploymentSpec.model_validate(spec_body)
         except ValidationError as exc:
             return self.fail("InvalidSpec", validation_message(exc))
+        found = inspect_step.observe_spec(self.kube, self.owner, spec, self.settings.operator_image,
+                                          self.status.get("source"))
+        if found is not None and found.failure is not None:
+            return self.inspecting(found)
+        self.report_source(found)
         try:
-            world = read_world(spec, self.owner.name, self.owner.namespace, self.kube, self.settings)
+            world = read_world(spec, self.owner.name, self.owner.namespace, self.kube, self.settings,
+                               volume=found.files if found is not None else None)
             ctx = context_of(spec, world, self.settings)
         except UnknownGPUError as exc:
             return self.fail("UnknownGPU", str(exc))
@@ -474,6 +480,32 @@ class Reconciler:
         self.report_plan(final, ctx, view)
         self.note_inputs(ctx, final)
         self.report_cache()
+        return self.finish()
+
+    def report_source(self, found: inspect_step.Inspection | None) -> None:
+        """status.source: what a pvc:// source's inspect Job read (removed when no inspection is needed)."""
+        value = found.status.model_dump(by_alias=True, exclude_none=True) if found and found.status else None
+        if _changed(self.status, "source", value):
+            self.out.status["source"] = value
+
+    def inspecting(self, found: inspect_step.Inspection) -> Outcome:
+        """Planned=False while a pvc:// source is inspected or cannot be: only the inspect Job is applied."""
+        self.report_source(found)
+        assert found.failure is not None
+        if found.objects:
+            try:
+                self.out.writes += self.kube.apply_all(found.objects)
+            except ApplyRejected as exc:
+                return self.fail("ApplyRejected", clean_line(str(exc), _MESSAGE_LIMIT), retry=True)
+        self.out.retry_delay, self.out.retry_reason = found.retry_delay, found.failure[1][:200]
+        reason, message = found.failure
+        if reason != inspect_step.INSPECTING:
+            return self.fail(reason, message, retry=True)
+        before = self.conditions
+        self.condition(PLANNED, False, reason, message)
+        if before != self.conditions:
+            self.event("Normal", reason, message)
+        self.out.retry = True
         return self.finish()
 
     def observe_cache(self, ctx: Context, plan: Plan) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Resolve the spec's model from where its files are: the Hub, an S3 prefix, or a volume (catalog/override only).
+"""Resolve the spec's model from where its files are: the Hub, an S3 prefix, or a volume (what its inspect Job read).
 
 The Hub and S3 are read only when the catalog and the inline override do not describe the model; the S3
 credentials Secret is read only then, too.
@@ -53,9 +53,20 @@ class S3ModelReader:
             return read_model_files(client, self._source)
 
 
+class VolumeFiles:
+    """What a pvc:// source's inspect Job read on the volume (controller/inspect_step.py)."""
+
+    def __init__(self, files: ModelFiles) -> None:
+        self._files = files
+
+    def fetch(self, repo_id: str, revision: str | None = None) -> ModelFiles:
+        return self._files
+
+
 def resolve_spec_model(spec: LLMDeploymentSpec, *, hub: ModelReader, secret: SecretReader,
-                       timeout: float) -> ModelArchitecture:
-    """The architecture of the spec's model, read from its source."""
+                       timeout: float, volume: ModelFiles | None = None) -> ModelArchitecture:
+    """The architecture of the spec's model, read from its source (``volume``: what a pvc:// source's inspect
+    Job read there)."""
     model = spec.model
     override = model.architecture.as_hf_config() if model.architecture else None
     weight_bytes = model.architecture.weight_bytes if model.architecture else None
@@ -65,6 +76,9 @@ def resolve_spec_model(spec: LLMDeploymentSpec, *, hub: ModelReader, secret: Sec
                              override_checkpoint_bytes=weight_bytes, variants=convert.variants(spec), client=hub)
     if isinstance(where, PVCSource):
         found = resolve_offline(model.name, override=override, override_checkpoint_bytes=weight_bytes)
+        if found is None and volume is not None:
+            return resolve_model(f"{model.name}", override=override, override_checkpoint_bytes=weight_bytes,
+                                 client=VolumeFiles(volume), use_catalog=False)
         if found is None:
             raise ArchitectureRequired(pvc_needs_architecture(model.name, where.uri, override))
         return found
