@@ -36,8 +36,13 @@ def _termination_message(pod: dict[str, Any]) -> str:
     return ""
 
 
-def observe(kube: CacheCluster, inputs: cache.CacheInputs) -> tuple[list[dict[str, Any]], CacheStatus]:
-    """The cache objects to create (those missing) and the download's status."""
+def observe(kube: CacheCluster, inputs: cache.CacheInputs,
+            previous: CacheStatus | None = None) -> tuple[list[dict[str, Any]], CacheStatus]:
+    """The cache objects to create (those missing) and the download's status.
+
+    The pod of a finished Job is read once for its summary (the bytes): a status that already says Complete
+    with its bytes is kept, so a cached deployment's resync reads no log.
+    """
     namespace, claim = inputs.namespace, inputs.claim
     job = cache.job(inputs)
     job_name = job["metadata"]["name"]
@@ -53,13 +58,17 @@ def observe(kube: CacheCluster, inputs: cache.CacheInputs) -> tuple[list[dict[st
     if live is None:
         objects.append(with_hash(job))
         return objects, CacheStatus(claim_name=claim, state="Pending")
+    succeeded = int((live.get("status") or {}).get("succeeded") or 0) > 0
+    if (succeeded and previous is not None and previous.state == "Complete" and previous.total_bytes
+            and previous.claim_name == claim):
+        return objects, previous
     log = message = ""
-    if not int((live.get("status") or {}).get("succeeded") or 0):
-        pods = sorted(kube.job_pods(namespace, job_name),
-                      key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
-        if pods:
-            newest = pods[-1]
-            message = _termination_message(newest)
+    pods = sorted(kube.job_pods(namespace, job_name),
+                  key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+    if pods:
+        newest = pods[-1]
+        message = _termination_message(newest)
+        if not (succeeded and cache.has_summary(message)):  # a kubelet without termination files: the log says it
             try:
                 log = kube.current_log(namespace, str(newest["metadata"]["name"]), "fetch",
                                        tail_lines=_LOG_LINES, limit_bytes=_LOG_BYTES)

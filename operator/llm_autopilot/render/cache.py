@@ -139,16 +139,24 @@ def job(inputs: CacheInputs) -> dict[str, Any]:
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    pod: dict[str, Any] = {
+        "restartPolicy": "OnFailure", "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534, "fsGroup": 65534,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim}}]}
+    # on the GPU pool's nodes, as the vLLM pods: they reach the store, tolerate the pool's taints, and a
+    # ReadWriteOnce cache is written where it is read
+    gpu = inputs.spec.gpu
+    if gpu.node_selector:
+        pod["nodeSelector"] = dict(gpu.node_selector)
+    if gpu.tolerations:
+        pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in gpu.tolerations]
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": f"{claim}-fetch"[:63].rstrip("-"), "namespace": inputs.namespace,
                          "labels": _labels(claim)},
-            "spec": {"backoffLimit": FETCH_BACKOFF_LIMIT, "template": {
-                "metadata": {"labels": _labels(claim)},
-                "spec": {"restartPolicy": "OnFailure", "automountServiceAccountToken": False,
-                         "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
-                                             "fsGroup": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
-                         "containers": [container],
-                         "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim}}]}}}}
+            "spec": {"backoffLimit": FETCH_BACKOFF_LIMIT, "template": {"metadata": {"labels": _labels(claim)},
+                                                                       "spec": pod}}}
 
 
 def model_path() -> str:
@@ -187,6 +195,11 @@ def _last_json(text: str, kind: str) -> dict[str, Any] | None:
             if isinstance(value, dict):
                 return value
     return None
+
+
+def has_summary(text: str) -> bool:
+    """Whether a termination message or log holds fetch's completion summary."""
+    return _last_json(text, "complete") is not None
 
 
 def cache_status(claim: str, job_obj: dict[str, Any] | None, log_tail: str = "",
