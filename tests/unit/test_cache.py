@@ -130,6 +130,9 @@ def progress(done: int, total: int) -> str:
      f"{progress(100, 400)}\nerror: size mismatch for s3://models/tiny/model.safetensors: got 1 bytes\n", "",
      {"state": "Failed", "bytes": 100, "percent": 25.0,
       "message": "error: size mismatch for s3://models/tiny/model.safetensors: got 1 bytes"}),
+    ({"status": {"active": 1}}, "", "error: md5 mismatch for s3://models/tiny/model.safetensors: ...",
+     {"state": "Downloading", "bytes": 0, "message": "the last try failed and the Job retries (at most 6 times): "
+      "error: md5 mismatch for s3://models/tiny/model.safetensors: ..."}),
 ])
 def test_the_status_reads_the_jobs_progress(job: dict[str, Any] | None, log: str, message: str,
                                             expected: dict[str, Any]) -> None:

@@ -83,10 +83,12 @@ def condition(status: CacheStatus) -> tuple[bool, str, str]:
         return True, "Cached", f"{status.total_bytes or status.bytes} bytes in PVC {status.claim_name}"
     if status.state == "Failed":
         return False, "CacheFailed", status.message or f"the download into PVC {status.claim_name} failed"
+    retrying = f"; {status.message}" if status.message else ""
     if status.state == "Downloading":
         shown = f"{status.percent}%" if status.percent is not None else f"{status.bytes} bytes"
-        return False, "Downloading", f"{shown} into PVC {status.claim_name}; no vLLM pod starts before it completes"
-    return False, "Pending", f"waiting for the download Job of PVC {status.claim_name} to start"
+        return False, "Downloading", (f"{shown} into PVC {status.claim_name}; no vLLM pod starts before it "
+                                      f"completes{retrying}")
+    return False, "Pending", f"waiting for the download Job of PVC {status.claim_name} to start{retrying}"
 
 
 def enabled(spec: LLMDeploymentSpec) -> bool:

@@ -218,8 +218,18 @@ def cache_status(claim: str, job_obj: dict[str, Any] | None, log_tail: str = "",
     percent = round(min(100.0, 100 * seen / total), 1) if total else None
     if failed:
         reason = next((c.get("message", "") for c in status.get("conditions") or [] if c.get("type") == "Failed"), "")
-        error = next((line.strip() for line in reversed(log_tail.splitlines()) if line.startswith("error:")), "")
+        error = _error_line(log_tail) or _error_line(termination_message)
         return CacheStatus(claim_name=claim, state="Failed", bytes=seen, total_bytes=total, percent=percent,
                            message=(error or reason)[:500])
     state = "Downloading" if progress is not None or int(status.get("active") or 0) else "Pending"
-    return CacheStatus(claim_name=claim, state=state, bytes=seen, total_bytes=total, percent=percent)
+    # a try that failed while the Job still retries: say why now, not after the last retry
+    last_error = _error_line(termination_message)
+    message = (f"the last try failed and the Job retries (at most {FETCH_BACKOFF_LIMIT} times): {last_error}"[:500]
+               if last_error else "")
+    return CacheStatus(claim_name=claim, state=state, bytes=seen, total_bytes=total, percent=percent,
+                       message=message)
+
+
+def _error_line(text: str) -> str:
+    return next((line.strip() for line in reversed(text.splitlines())
+                 if line.startswith(("error:", "internal error:"))), "")
