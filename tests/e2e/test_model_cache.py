@@ -303,11 +303,12 @@ def test_a_kv_capacity_step_on_the_cached_model_downloads_nothing(cached: Cached
     assert any(k.startswith("Job/") and o["status"].get("succeeded") for k, o in before.items()), before
     since = time.time()
     cached.apply(cached.spec("kv", serving={"maxModelLen": 16384, "minMaxModelLen": 2048}))
-    step = wait_steps(cached.kubectl, cached.namespace, "kv", 1, START_SECONDS)[0]
+    # measured: on the shared 2-core machine the first start took more than START_SECONDS to reach the KV check
+    step = wait_steps(cached.kubectl, cached.namespace, "kv", 1, 2 * START_SECONDS)[0]
     assert step["signal"] == "KVCapacity" and "8064" in step["evidence"]["message"], step
     pod = wait_for("a Ready pod with the step's max_model_len", lambda: next(
         (p for p in ready_pods(cached.kubectl, cached.namespace, "kv") if arg(p, "--max-model-len") == "7936"),
-        None), timeout=START_SECONDS, interval=2)
+        None), timeout=2 * START_SECONDS, interval=2)
     failure_to_serving = seconds_since(step["evidence"]["finishedAt"])
     answer = complete(pod)
     assert answer["usage"]["completion_tokens"] == 8, answer
@@ -384,14 +385,14 @@ def test_a_saturation_step_surges_and_a_client_loop_keeps_getting_answers(cached
                              remediation={"kvSaturationWindowSeconds": WINDOW, "maxReplicas": 1,
                                           "stableWindowSeconds": 3600}))
     first = wait_for("a serving pod", lambda: next(iter(ready_pods(cached.kubectl, cached.namespace, "busy")), None),
-                     timeout=START_SECONDS, interval=2)
+                     timeout=2 * START_SECONDS, interval=2)
     deployment = cached.kubectl.json("deployment", "busy", "-n", cached.namespace)
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}, deployment
     loop = ClientLoop(cached, "busy").start()
     load = FollowingLoad(cached.kubectl, cached.namespace, "busy", clients=24, prompt_tokens=1500, max_tokens=2000)
     since = time.time()
     try:
-        step = wait_steps(cached.kubectl, cached.namespace, "busy", 1, WINDOW + START_SECONDS, load=load)[0]
+        step = wait_steps(cached.kubectl, cached.namespace, "busy", 1, WINDOW + 2 * START_SECONDS, load=load)[0]
         assert step["signal"] == "KVSaturation" and step["action"].startswith("max_num_seqs"), step
         at_step = loop.ok, loop.failed
         load.stop()  # two cores: a new vLLM cannot start beside an overloaded one; the client loop goes on
@@ -403,7 +404,7 @@ def test_a_saturation_step_surges_and_a_client_loop_keeps_getting_answers(cached
             return old not in names and len(ready) == 1 and arg(ready[0], "--max-num-seqs") != arg(
                 first, "--max-num-seqs")
 
-        wait_for("the surge rollout to finish (old pod gone, new pod serving)", rolled, timeout=START_SECONDS + 120,
+        wait_for("the surge rollout to finish (old pod gone, new pod serving)", rolled, timeout=2 * START_SECONDS,
                  interval=2)
         after = loop.ok
         wait_for("the client loop's answers from the new pod", lambda: loop.ok >= after + 3, timeout=120)
