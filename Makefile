@@ -69,6 +69,10 @@ bench-reaction: install ## Reaction time from a Prometheus signal to the patched
 bench-scale: install ## N LLMDeployments (N=1000) on one operator: time to Planned, CPU, RSS, writes at rest, restart, webhook, deletion (local cluster)
 	$(BIN)/python -m tests.bench.bench_scale $(N)
 
+bench-cache: install ## The model cache on the real CPU vLLM and SeaweedFS: first and cached start, a step with and without the cache, bytes per step (local cluster, ~30 min; PARTS="starts cached-step hub-step")
+	$(PYTHON) hack/cluster.py up >/dev/null
+	$(BIN)/python -m tests.bench.bench_cache $(PARTS)
+
 golden: install ## Print how close the memory model comes to every golden vLLM log
 	$(BIN)/python -m tests.bench.golden_report
 
@@ -88,5 +92,5 @@ vllm-flags: install ## Regenerate vllm/data/flags.json from each release's wheel
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction bench-scale golden \
+.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction bench-scale bench-cache golden \
 	golden-vllm traces-vllm test-vllm vllm-flags clean

@@ -131,11 +131,11 @@ def arg(pod_or_deployment: dict[str, Any], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args else None
 
 
-def complete(pod: dict[str, Any], prompt: str = "The operator plans") -> dict[str, Any]:
+def complete(pod: dict[str, Any], prompt: str = "The operator plans", timeout: float = 60) -> dict[str, Any]:
     body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 8}).encode()
     request = urllib.request.Request(f"http://{pod['status']['podIP']}:8000/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as response:
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         result: dict[str, Any] = json.load(response)
     return result
 

@@ -79,6 +79,15 @@ def test_the_job_runs_fetch_with_the_secret_and_no_kubernetes_credentials() -> N
     assert ctx.params["source"] == "s3://models/tiny" and ctx.params["s3_endpoint"].endswith(":8333")
 
 
+def test_the_job_runs_on_the_gpu_pools_nodes() -> None:
+    placed = {"nodeSelector": {"pool": "l4"},
+              "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+    pod = cache.job(cache.CacheInputs(spec(S3, gpu=placed), "ns", "img", 10**9))["spec"]["template"]["spec"]
+    # the pool's taints would keep it from every node it may run on (measured: Pending on the local cluster)
+    assert pod["nodeSelector"] == {"pool": "l4"} and pod["tolerations"] == placed["tolerations"]
+    assert "nodeSelector" not in cache.job(inputs())["spec"]["template"]["spec"]
+
+
 def test_a_hub_cache_passes_the_revision_and_token() -> None:
     job = cache.job(inputs({"name": "Qwen/Qwen3-8B", "revision": "v2", "hubTokenSecretRef": {"name": "hf"},
                             "cache": {"enabled": True}}))
@@ -121,6 +130,9 @@ def progress(done: int, total: int) -> str:
      f"{progress(100, 400)}\nerror: size mismatch for s3://models/tiny/model.safetensors: got 1 bytes\n", "",
      {"state": "Failed", "bytes": 100, "percent": 25.0,
       "message": "error: size mismatch for s3://models/tiny/model.safetensors: got 1 bytes"}),
+    ({"status": {"active": 1}}, "", "error: md5 mismatch for s3://models/tiny/model.safetensors: ...",
+     {"state": "Downloading", "bytes": 0, "message": "the last try failed and the Job retries (at most 6 times): "
+      "error: md5 mismatch for s3://models/tiny/model.safetensors: ..."}),
 ])
 def test_the_status_reads_the_jobs_progress(job: dict[str, Any] | None, log: str, message: str,
                                             expected: dict[str, Any]) -> None:
@@ -175,9 +187,17 @@ def test_no_pod_starts_before_the_download_completes() -> None:
     assert run.cluster.deployment()["spec"]["replicas"] == 0
 
     run.cluster.objects[("Job", job)]["status"] = {"succeeded": 1}
+    # a kubelet without termination-message files (the local one): the summary is the log's last line
+    run.cluster.current_logs["fetch-1"] = progress(16 * 10**9, 16 * 10**9) + "\n" + json.dumps(
+        {"fetch": "complete", "files": 5, "bytes": 16 * 10**9, "downloaded": 16 * 10**9, "alreadyComplete": False})
     run.once()
     assert run.condition("ModelCached")["status"] == "True"
     assert run.status["cache"]["state"] == "Complete"
+    assert run.status["cache"]["totalBytes"] == 16 * 10**9 and run.status["cache"]["bytes"] == 16 * 10**9
+    assert f"{16 * 10**9} bytes" in run.condition("ModelCached")["message"]
+    run.cluster.current_logs["fetch-1"] = RuntimeError("the finished pod's log is read once, not every resync")
+    run.once()
+    assert run.status["cache"]["totalBytes"] == 16 * 10**9
     deployment = run.cluster.deployment()
     assert deployment["spec"]["replicas"] == 1
     probe = deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]

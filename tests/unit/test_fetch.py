@@ -123,3 +123,14 @@ def test_hub_files_are_fetched_and_their_sha256_checked(hub: FakeHub, tmp_path: 
     with pytest.raises(FetchError, match=r"sha256 mismatch for acme/tiny/config\.json"):
         fetch.fill(tmp_path / "bad", bad, stream, describe=lambda w: f"acme/tiny/{w.path}")
     assert not (tmp_path / "bad" / MARKER).exists()
+
+
+def test_a_full_volume_is_named_with_the_size_to_raise(tmp_path: Path) -> None:
+    dest = tmp_path / "m"
+    dest.mkdir()
+    # a real ENOSPC: the partial file is /dev/full (the e2e test fills a real loop-mounted volume)
+    (dest / "model.safetensors.partial").symlink_to("/dev/full")
+    with pytest.raises(FetchError, match=r"the cache volume is full: s3://models/tiny/model.safetensors "
+                                         r"\(10240 bytes\) does not fit .*raise spec.model.cache.size"):
+        fetch.fetch_s3(s3(Store(dict(FILES))), SOURCE, dest)
+    assert not (dest / MARKER).exists()

@@ -36,8 +36,13 @@ def _termination_message(pod: dict[str, Any]) -> str:
     return ""
 
 
-def observe(kube: CacheCluster, inputs: cache.CacheInputs) -> tuple[list[dict[str, Any]], CacheStatus]:
-    """The cache objects to create (those missing) and the download's status."""
+def observe(kube: CacheCluster, inputs: cache.CacheInputs,
+            previous: CacheStatus | None = None) -> tuple[list[dict[str, Any]], CacheStatus]:
+    """The cache objects to create (those missing) and the download's status.
+
+    The pod of a finished Job is read once for its summary (the bytes): a status that already says Complete
+    with its bytes is kept, so a cached deployment's resync reads no log.
+    """
     namespace, claim = inputs.namespace, inputs.claim
     job = cache.job(inputs)
     job_name = job["metadata"]["name"]
@@ -53,13 +58,17 @@ def observe(kube: CacheCluster, inputs: cache.CacheInputs) -> tuple[list[dict[st
     if live is None:
         objects.append(with_hash(job))
         return objects, CacheStatus(claim_name=claim, state="Pending")
+    succeeded = int((live.get("status") or {}).get("succeeded") or 0) > 0
+    if (succeeded and previous is not None and previous.state == "Complete" and previous.total_bytes
+            and previous.claim_name == claim):
+        return objects, previous
     log = message = ""
-    if not int((live.get("status") or {}).get("succeeded") or 0):
-        pods = sorted(kube.job_pods(namespace, job_name),
-                      key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
-        if pods:
-            newest = pods[-1]
-            message = _termination_message(newest)
+    pods = sorted(kube.job_pods(namespace, job_name),
+                  key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+    if pods:
+        newest = pods[-1]
+        message = _termination_message(newest)
+        if not (succeeded and cache.has_summary(message)):  # a kubelet without termination files: the log says it
             try:
                 log = kube.current_log(namespace, str(newest["metadata"]["name"]), "fetch",
                                        tail_lines=_LOG_LINES, limit_bytes=_LOG_BYTES)
@@ -74,10 +83,12 @@ def condition(status: CacheStatus) -> tuple[bool, str, str]:
         return True, "Cached", f"{status.total_bytes or status.bytes} bytes in PVC {status.claim_name}"
     if status.state == "Failed":
         return False, "CacheFailed", status.message or f"the download into PVC {status.claim_name} failed"
+    retrying = f"; {status.message}" if status.message else ""
     if status.state == "Downloading":
         shown = f"{status.percent}%" if status.percent is not None else f"{status.bytes} bytes"
-        return False, "Downloading", f"{shown} into PVC {status.claim_name}; no vLLM pod starts before it completes"
-    return False, "Pending", f"waiting for the download Job of PVC {status.claim_name} to start"
+        return False, "Downloading", (f"{shown} into PVC {status.claim_name}; no vLLM pod starts before it "
+                                      f"completes{retrying}")
+    return False, "Pending", f"waiting for the download Job of PVC {status.claim_name} to start{retrying}"
 
 
 def enabled(spec: LLMDeploymentSpec) -> bool:

@@ -514,7 +514,12 @@ class Reconciler:
             return []
         inputs = cache.CacheInputs(ctx.spec, self.owner.namespace, self.settings.operator_image,
                                    rollout.checkpoint_bytes(plan.config), hub_endpoint=self.settings.hub_endpoint)
-        objects, self.cache_status = cache_step.observe(self.kube, inputs)
+        previous = self.status.get("cache")
+        try:
+            known = CacheStatus.model_validate(previous) if isinstance(previous, dict) else None
+        except ValueError:
+            known = None
+        objects, self.cache_status = cache_step.observe(self.kube, inputs, known)
         return objects
 
     def report_cache(self) -> None:

@@ -139,16 +139,24 @@ def job(inputs: CacheInputs) -> dict[str, Any]:
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    pod: dict[str, Any] = {
+        "restartPolicy": "OnFailure", "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534, "fsGroup": 65534,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim}}]}
+    # on the GPU pool's nodes, as the vLLM pods: they reach the store, tolerate the pool's taints, and a
+    # ReadWriteOnce cache is written where it is read
+    gpu = inputs.spec.gpu
+    if gpu.node_selector:
+        pod["nodeSelector"] = dict(gpu.node_selector)
+    if gpu.tolerations:
+        pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in gpu.tolerations]
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": f"{claim}-fetch"[:63].rstrip("-"), "namespace": inputs.namespace,
                          "labels": _labels(claim)},
-            "spec": {"backoffLimit": FETCH_BACKOFF_LIMIT, "template": {
-                "metadata": {"labels": _labels(claim)},
-                "spec": {"restartPolicy": "OnFailure", "automountServiceAccountToken": False,
-                         "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
-                                             "fsGroup": 65534, "seccompProfile": {"type": "RuntimeDefault"}},
-                         "containers": [container],
-                         "volumes": [{"name": VOLUME, "persistentVolumeClaim": {"claimName": claim}}]}}}}
+            "spec": {"backoffLimit": FETCH_BACKOFF_LIMIT, "template": {"metadata": {"labels": _labels(claim)},
+                                                                       "spec": pod}}}
 
 
 def model_path() -> str:
@@ -189,6 +197,11 @@ def _last_json(text: str, kind: str) -> dict[str, Any] | None:
     return None
 
 
+def has_summary(text: str) -> bool:
+    """Whether a termination message or log holds fetch's completion summary."""
+    return _last_json(text, "complete") is not None
+
+
 def cache_status(claim: str, job_obj: dict[str, Any] | None, log_tail: str = "",
                  termination_message: str = "") -> CacheStatus:
     """What the Job and its pod say: Complete (the Job succeeded), Failed (out of retries), Downloading (its
@@ -205,8 +218,18 @@ def cache_status(claim: str, job_obj: dict[str, Any] | None, log_tail: str = "",
     percent = round(min(100.0, 100 * seen / total), 1) if total else None
     if failed:
         reason = next((c.get("message", "") for c in status.get("conditions") or [] if c.get("type") == "Failed"), "")
-        error = next((line.strip() for line in reversed(log_tail.splitlines()) if line.startswith("error:")), "")
+        error = _error_line(log_tail) or _error_line(termination_message)
         return CacheStatus(claim_name=claim, state="Failed", bytes=seen, total_bytes=total, percent=percent,
                            message=(error or reason)[:500])
     state = "Downloading" if progress is not None or int(status.get("active") or 0) else "Pending"
-    return CacheStatus(claim_name=claim, state=state, bytes=seen, total_bytes=total, percent=percent)
+    # a try that failed while the Job still retries: say why now, not after the last retry
+    last_error = _error_line(termination_message)
+    message = (f"the last try failed and the Job retries (at most {FETCH_BACKOFF_LIMIT} times): {last_error}"[:500]
+               if last_error else "")
+    return CacheStatus(claim_name=claim, state=state, bytes=seen, total_bytes=total, percent=percent,
+                       message=message)
+
+
+def _error_line(text: str) -> str:
+    return next((line.strip() for line in reversed(text.splitlines())
+                 if line.startswith(("error:", "internal error:"))), "")

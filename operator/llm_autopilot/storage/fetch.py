@@ -12,6 +12,7 @@ already, so the Job's pod needs no Kubernetes credentials at all.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -108,13 +109,20 @@ def fill(dest: Path, wanted: Iterable[Wanted], stream: Callable[[Wanted, int], I
             partial.unlink()
             offset = 0
         done += offset
-        with partial.open("ab") as out:
-            for chunk in stream(want, offset) if offset < want.size else ():
-                out.write(chunk)
-                done += len(chunk)
-                downloaded += len(chunk)
-                if progress is not None:
-                    progress(done, total)
+        try:
+            with partial.open("ab") as out:
+                for chunk in stream(want, offset) if offset < want.size else ():
+                    out.write(chunk)
+                    done += len(chunk)
+                    downloaded += len(chunk)
+                    if progress is not None:
+                        progress(done, total)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise FetchError(f"the cache volume is full: {where} ({want.size} bytes) does not fit after "
+                             f"{done} of the model's {total} bytes; raise spec.model.cache.size (or leave it unset "
+                             "to size it from the checkpoint)") from exc
         try:
             check(partial, want, where)
         except FetchError:

@@ -121,8 +121,13 @@ class S3Client:
             return (f"the S3 store refused the credentials for {where} ({code}): check the access key id and "
                     "secret access key in spec.model.s3.credentialsSecretRef")
         if response.status_code == 403:
-            hint = ("give credentials (spec.model.s3.credentialsSecretRef)" if self._credentials is None
-                    else "grant the key s3:GetObject and s3:ListBucket on it")
+            if self._credentials is None:
+                hint = "give credentials (spec.model.s3.credentialsSecretRef)"
+            elif code:
+                hint = "grant the key s3:GetObject and s3:ListBucket on it"
+            else:  # a HEAD's answer has no body, so no code: wrong keys and missing rights look the same
+                hint = ("check the access key id and secret access key in spec.model.s3.credentialsSecretRef, "
+                        "and that the key may s3:GetObject and s3:ListBucket on it")
             return f"access to {where} was denied ({code or 403}): {hint}"
         return f"the S3 store answered {response.status_code} {code} for {where}".rstrip()
 
