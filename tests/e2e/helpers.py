@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hack.localcluster import kubelet
 
 from tests.e2e.conftest import Kubectl, wait_for
 
@@ -93,3 +94,82 @@ def crash(kubectl: Kubectl, ns: str, name: str, reason: str, exit_code: int, mes
 
 def remediation(kubectl: Kubectl, ns: str, name: str = "qwen") -> dict[str, Any]:
     return dict((kubectl.json("llmd", name, "-n", ns).get("status") or {}).get("remediation") or {})
+
+
+# --- one-shot pods on the vllm-cpu pool, and S3 requests (the local-volume and model-cache modules) ----------
+
+POD_SECONDS = 120
+
+
+def s3_request(method: str, url: str, access_key: str, secret_key: str, body: bytes = b"") -> tuple[int, bytes]:
+    """One S3 request signed with AWS Signature Version 4 (path-style), standard library only; its source is also
+    what a test pod runs (``inspect.getsource``)."""
+    import datetime as _dt  # noqa: PLC0415 - the pod runs this function's source alone
+    import hashlib as _hashlib  # noqa: PLC0415 - the pod runs this function's source alone
+    import hmac as _hmac  # noqa: PLC0415 - the pod runs this function's source alone
+    import urllib.error as _error  # noqa: PLC0415 - the pod runs this function's source alone
+    import urllib.parse as _parse  # noqa: PLC0415 - the pod runs this function's source alone
+    import urllib.request as _request  # noqa: PLC0415 - the pod runs this function's source alone
+
+    parts = _parse.urlsplit(url)
+    now = _dt.datetime.now(_dt.UTC)
+    amz_date, day, region = now.strftime("%Y%m%dT%H%M%SZ"), now.strftime("%Y%m%d"), "us-east-1"
+    payload = _hashlib.sha256(body).hexdigest()
+    path = _parse.quote(_parse.unquote(parts.path) or "/", safe="/~")
+    headers = {"host": parts.netloc, "x-amz-content-sha256": payload, "x-amz-date": amz_date}
+    signed = ";".join(sorted(headers))
+    canonical = "\n".join([method, path, "", *(f"{k}:{headers[k]}" for k in sorted(headers)), "", signed, payload])
+    scope = f"{day}/{region}/s3/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, _hashlib.sha256(canonical.encode()).hexdigest()])
+    key = ("AWS4" + secret_key).encode()
+    for part in (day, region, "s3", "aws4_request"):
+        key = _hmac.new(key, part.encode(), _hashlib.sha256).digest()
+    signature = _hmac.new(key, to_sign.encode(), _hashlib.sha256).hexdigest()
+    headers["authorization"] = (f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={signed}, "
+                                f"Signature={signature}")
+    request = _request.Request(url, data=body if method in ("PUT", "POST") else None, method=method,
+                               headers={k: v for k, v in headers.items() if k != "host"})
+    try:
+        with _request.urlopen(request, timeout=30) as response:
+            return response.status, response.read()
+    except _error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def pod_manifest(name: str, script: str, *, volumes: list[dict[str, Any]] | None = None,
+                 mounts: list[dict[str, Any]] | None = None, env: list[dict[str, Any]] | None = None,
+                 command: list[str] | None = None) -> dict[str, Any]:
+    """A one-shot pod on the vllm-cpu pool (real processes); ``script`` is Python run by the image's python3."""
+    container: dict[str, Any] = {"name": "main", "image": "python:3.11",
+                                 "command": command or ["python3", "-c", script],
+                                 "volumeMounts": mounts or [], "env": env or [],
+                                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                                               "limits": {"memory": "1Gi"}}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+                     "nodeSelector": {kubelet.POOL_LABEL: kubelet.POOL},
+                     "tolerations": [{"key": kubelet.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+                     "volumes": volumes or [], "containers": [container]}}
+
+
+def apply(kubectl: Kubectl, namespace: str, *objects: dict[str, Any]) -> None:
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(objects))
+
+
+def run_pod(kubectl: Kubectl, namespace: str, manifest: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """Create the pod, wait until it has run to its end; its final object and the JSON its last line printed."""
+    apply(kubectl, namespace, manifest)
+    name = manifest["metadata"]["name"]
+
+    def finished() -> dict[str, Any] | None:
+        pod = kubectl.json("pod", name, "-n", namespace)
+        return pod if pod["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    pod = wait_for(f"pod {namespace}/{name} to finish", finished, timeout=POD_SECONDS, interval=1)
+    logs = kubectl("logs", "-n", namespace, name).stdout
+    printed = [line for line in logs.splitlines() if line.startswith("{")]  # stderr (progress bars) is there too
+    last = printed[-1] if printed else "null"
+    try:
+        return pod, json.loads(last)
+    except json.JSONDecodeError:
+        raise AssertionError(f"pod {name} ended {pod['status']['phase']}; its log:\n{logs}") from None

@@ -16,7 +16,7 @@ from typing import Any
 
 from hack.localcluster import vllm_cpu
 
-from tests.e2e.test_local_volumes import s3_request
+from tests.e2e.helpers import s3_request
 
 MODEL = "llm-autopilot/tiny-llama-gqa"
 PREFIX = "tiny-llama-gqa"

@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import NAMESPACE_DRAIN_SECONDS, Kubectl, _create_namespace, _delete_namespace, wait_for
+from tests.e2e.helpers import pod_manifest, run_pod
 from tests.e2e.model_store import MODEL, PREFIX, Store, model_files
 from tests.e2e.real_vllm import (
     MIB,
@@ -50,7 +51,6 @@ from tests.e2e.real_vllm import (
     tiny,
     wait_steps,
 )
-from tests.e2e.test_local_volumes import pod_manifest, run_pod
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("real_vllm")]
 
