@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -251,3 +252,100 @@ def test_adapter_config_is_read_through_the_hub_client(tmp_path: Path, monkeypat
             fetch_adapter_config(client, "org/missing")
     finally:
         hub.stop()
+
+
+# --- admission and reconcile refuse what vLLM would refuse, with the same message, before anything is applied ---
+
+import huggingface_hub.constants  # noqa: E402
+
+from llm_autopilot.api.conditions import PLANNED  # noqa: E402
+from llm_autopilot.api.lora import lora_refusal  # noqa: E402
+from llm_autopilot.controller.adapters import admission_check  # noqa: E402
+from tests.unit.fakes import Run  # noqa: E402
+
+ON_L4 = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4", "maxGPUs": 1},
+         "serving": {"maxModelLen": 8192, "allowedKVCacheDtypes": ["auto", "fp8"]}}
+
+
+@pytest.fixture
+def adapter_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    """A Hub-shaped server with three adapters; the operator's Hub client finds it through HF_ENDPOINT."""
+    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    hub = FakeHub()
+    for repo, raw in {"org/support": {"r": 32, "base_model_name_or_path": "Qwen/Qwen3-8B"},
+                      "org/sql": {"r": 16, "base_model_name_or_path": "meta-llama/Llama-3.1-8B"},
+                      "org/fine": {"r": 8, "base_model_name_or_path": "Qwen/Qwen3-8B"}}.items():
+        hub.repos[repo] = Repo({"adapter_config.json": json.dumps(raw).encode()})
+    hub.start()
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    yield hub
+    hub.stop()
+
+
+def body(**lora: object) -> dict[str, object]:
+    return {**ON_L4, "lora": lora}
+
+
+REFUSED = body(maxLoraRank=16, adapters=[{"name": "support-bot", "source": "hf://org/support"},
+                                         {"name": "sql", "source": "org/sql"}])
+EXPECTED = ("spec.lora.adapters[0] (support-bot): rank 32 exceeds maxLoraRank 16; vLLM refuses to load it: raise "
+            "lora.maxLoraRank to 32 (every slot grows with it); spec.lora.adapters[1] (sql): its adapter_config.json "
+            "says it was trained on meta-llama/Llama-3.1-8B, not Qwen/Qwen3-8B; serve it on that model, or use an "
+            "adapter of this one")
+
+
+def test_admission_refuses_a_higher_rank_and_another_base_model_with_the_fix(adapter_hub: FakeHub) -> None:
+    verdict = review(REFUSED, "0.33.0", adapters=lambda s: admission_check(s, timeout=5.0))
+    assert not verdict.allowed and verdict.message == EXPECTED
+    # without the adapters' configs (a webhook that cannot read the Hub), nothing to refuse on
+    assert review(REFUSED, "0.33.0").allowed
+
+
+def test_admission_admits_an_unreadable_adapter_with_a_warning(adapter_hub: FakeHub) -> None:
+    verdict = review(body(adapters=[{"name": "gone", "source": "org/missing"}, {"name": "ok", "source": "org/fine"}]),
+                     "0.33.0", adapters=lambda s: admission_check(s, timeout=5.0))
+    assert verdict.allowed, verdict.message
+    assert any("lora adapter gone: LoRA adapter org/missing was not found on the Hub; checked again when the "
+               "operator reconciles it" in w for w in verdict.warnings), verdict.warnings
+
+
+def test_reconcile_gives_planned_false_with_the_same_message_and_applies_nothing(adapter_hub: FakeHub) -> None:
+    run = Run(REFUSED)
+    out = run.once()
+    planned = run.condition(PLANNED)
+    assert (planned["status"], planned["reason"], planned["message"]) == ("False", "LoRAAdapterRefused", EXPECTED)
+    assert run.cluster.objects == {} and out.settled and not out.retry
+    assert lora_refusal(LLMDeploymentSpec.model_validate(REFUSED),
+                                    {"support-bot": AdapterConfig(32, "Qwen/Qwen3-8B"),
+                                     "sql": AdapterConfig(16, "meta-llama/Llama-3.1-8B")}) == EXPECTED
+
+
+def test_reconcile_retries_an_adapter_it_cannot_read(adapter_hub: FakeHub) -> None:
+    run = Run(body(adapters=[{"name": "gone", "source": "org/missing"}]))
+    out = run.once()
+    planned = run.condition(PLANNED)
+    assert (planned["status"], planned["reason"]) == ("False", "LoRAAdapterUnresolved")
+    assert "LoRA adapter org/missing was not found on the Hub" in planned["message"]
+    assert run.cluster.objects == {} and out.retry
+
+
+def test_reconcile_deploys_adapters_it_accepts(adapter_hub: FakeHub) -> None:
+    run = Run(body(adapters=[{"name": "ok", "source": "org/fine"}]))
+    run.once()
+    assert run.condition(PLANNED)["status"] == "True", run.condition(PLANNED)
+    assert any(kind == "Deployment" for kind, _ in run.cluster.objects), list(run.cluster.objects)
+
+
+def test_more_pinned_adapters_than_max_loras_is_refused_on_both_paths() -> None:
+    pinned = body(maxLoras=1, maxCPULoras=2, adapters=[{"name": "a", "source": "org/a", "pinned": True},
+                                                       {"name": "b", "source": "org/b", "pinned": True}])
+    message = "2 pinned adapters need 2 slots but maxLoras is 1; raise maxLoras to 2 or unpin some"
+    verdict = review(pinned, "0.33.0")
+    assert not verdict.allowed and message in verdict.message
+    run = Run(pinned)
+    run.once()
+    planned = run.condition(PLANNED)
+    assert (planned["status"], planned["reason"]) == ("False", "InvalidSpec") and message in planned["message"]
+    assert planned["message"] == verdict.message and run.cluster.objects == {}

@@ -23,7 +23,7 @@ from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_re
 from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
-from llm_autopilot.controller import cache_step, telemetry
+from llm_autopilot.controller import adapters, cache_step, telemetry
 from llm_autopilot.controller.gather import Gatherer, PodSource, Target
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings, SaturationRounds
@@ -95,7 +95,7 @@ class Cluster(PodSource, Protocol):
 #: failures that the same inputs always give again (a resync with the same inputs may stay quiet); the others
 #: depend on what the API server, the Hub or RBAC say next time
 _DETERMINISTIC_FAILURES = frozenset({"InvalidSpec", "UnknownGPU", "UnsupportedVLLMVersion", "Infeasible",
-                                     "ArchitectureRequired"})
+                                     "ArchitectureRequired", "LoRAAdapterRefused"})
 
 
 @dataclass
@@ -493,6 +493,9 @@ class Reconciler:
             return self.fail("ArchitectureRequired", str(exc))
         except ModelResolutionError as exc:
             return self.fail("ModelUnresolved", str(exc), retry=True)
+        if (lora := adapters.reconcile_refusal(spec, lambda: _hub_token(spec, self.owner.namespace, self.kube),
+                                               timeout=self.settings.hub_timeout_seconds)) is not None:
+            return self.fail(lora.reason, lora.message, retry=lora.retry)
         state = self.read_state(ctx)
         choice = plan_with(ctx, state.overrides)
         if not isinstance(choice.result, Plan) and state.applied:
