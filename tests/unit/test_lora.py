@@ -349,3 +349,63 @@ def test_more_pinned_adapters_than_max_loras_is_refused_on_both_paths() -> None:
     planned = run.condition(PLANNED)
     assert (planned["status"], planned["reason"]) == ("False", "InvalidSpec") and message in planned["message"]
     assert planned["message"] == verdict.message and run.cluster.objects == {}
+
+
+# --- the max_loras rung: an OOM lowers the adapter slots, never below the pinned adapters ------------------------
+
+from llm_autopilot.remediation.classify import Classification, Signal  # noqa: E402
+from llm_autopilot.remediation.ladder import Overrides, candidates  # noqa: E402
+from tests.unit.test_remediation import CUDA_STARTUP, running  # noqa: E402
+
+
+def rung_actions(signal: Signal, **changes: object) -> list[str]:
+    return [c.action for c in candidates(Classification(signal, "test"), running(**changes), Overrides())]
+
+
+def test_the_rung_halves_the_slots_after_fewer_batched_tokens_and_before_eager() -> None:
+    assert rung_actions(Signal.CUDA_OOM_STARTUP, max_loras=8, floor_max_loras=1) == [
+        "max_num_batched_tokens 8192 -> 4096", "max_loras 8 -> 4 (fewer LoRA adapter slots on the GPU)",
+        "enforce eager mode (no CUDA graphs)", "gpu_memory_utilization 0.92 -> 0.88"]
+    assert "max_loras 8 -> 4 (fewer LoRA adapter slots on the GPU)" in rung_actions(Signal.NO_KV_MEMORY, max_loras=8)
+
+
+def test_the_rung_never_goes_below_the_pinned_adapters_and_is_absent_without_lora() -> None:
+    assert "max_loras 8 -> 6 (fewer LoRA adapter slots on the GPU, never below the 6 pinned)" in rung_actions(
+        Signal.CUDA_OOM_STARTUP, max_loras=8, floor_max_loras=6)
+    assert not any("max_loras" in a for a in rung_actions(Signal.CUDA_OOM_STARTUP, max_loras=6, floor_max_loras=6))
+    assert not any("max_loras" in a for a in rung_actions(Signal.CUDA_OOM_STARTUP, max_loras=1))
+    assert not any("max_loras" in a for a in rung_actions(Signal.CUDA_OOM_STARTUP))  # no LoRA: max_loras 0
+
+
+def max_loras_arg(run: Run) -> str:
+    args = run.cluster.deployment()["spec"]["template"]["spec"]["containers"][0]["args"]
+    return str(args[args.index("--max-loras") + 1])
+
+
+def test_an_oom_at_start_up_lowers_max_loras_in_the_deployment_and_says_why(adapter_hub: FakeHub) -> None:
+    for repo in ("org/a", "org/b", "org/c"):
+        raw = {"r": 16, "base_model_name_or_path": "Qwen/Qwen3-8B"}
+        adapter_hub.repos[repo] = Repo({"adapter_config.json": json.dumps(raw).encode()})
+    lora_spec = {"maxLoras": 8, "maxLoraRank": 16, "adapters": [
+        {"name": "a", "source": "org/a", "pinned": True}, {"name": "b", "source": "org/b", "pinned": True},
+        {"name": "c", "source": "org/c", "pinned": True}]}
+    spec_body = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"},
+                 "serving": {"maxModelLen": 16384},
+                 # the batched tokens at their floor: the first rung of an OOM at start-up has nothing to lower
+                 "remediation": {"cooldownSeconds": 0, "maxSteps": 6, "floors": {"minMaxNumBatchedTokens": 8192}},
+                 "lora": lora_spec}
+    run = Run(spec_body)
+    run.once()
+    assert run.condition(PLANNED)["status"] == "True", run.condition(PLANNED)
+    assert max_loras_arg(run) == "8"
+    seen = []
+    for i in range(1, 5):  # each OOM at start-up is a new crash of the current plan's pod
+        run.cluster.crash(CUDA_STARTUP, restarts=i, finished_at=f"2026-12-01T00:0{i}:00Z")
+        run.once()
+        seen.append((run.remediation["history"][-1]["action"], max_loras_arg(run)))
+        if seen[-1][1] == "3":
+            break
+    actions = [a for a, _ in seen]
+    assert "max_loras 8 -> 4 (fewer LoRA adapter slots on the GPU, never below the 3 pinned)" in actions, seen
+    assert "max_loras 4 -> 3 (fewer LoRA adapter slots on the GPU, never below the 3 pinned)" in actions, seen
+    assert seen[-1][1] == "3" and run.remediation["applied"][-1]["maxLoras"] == 3, seen

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from llm_autopilot.api import convert
 from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
 from llm_autopilot.api.errors import validation_message
+from llm_autopilot.api.lora import pinned_adapters
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
 from llm_autopilot.controller import adapters, cache_step, telemetry
@@ -382,6 +383,7 @@ def _running(r: Rendered, ctx: Context) -> Running:
         floor_max_model_len=ctx.floor_max_model_len,
         floor_gpu_memory_utilization=floors.min_gpu_memory_utilization,
         floor_max_num_seqs=floors.min_max_num_seqs, floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
+        max_loras=c.lora.max_loras if c.lora else 0, floor_max_loras=max(1, pinned_adapters(spec)),
     )
 
 

@@ -193,6 +193,7 @@ class _Reader:
             replicas=clamped_replicas,
             memory_limit_gib=self.bounded(f"{where}.memoryLimitGiB", raw.get("memoryLimitGiB"), 1.0, memory_cap,
                                           convert=_number, positive=True),
+            max_loras=self.bounded(f"{where}.maxLoras", raw.get("maxLoras"), 1, 64),
         )
 
 
