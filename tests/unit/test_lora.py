@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -297,7 +300,7 @@ EXPECTED = ("spec.lora.adapters[0] (support-bot): rank 32 exceeds maxLoraRank 16
 
 
 def test_admission_refuses_a_higher_rank_and_another_base_model_with_the_fix(adapter_hub: FakeHub) -> None:
-    verdict = review(REFUSED, "0.33.0", adapters=lambda s: admission_check(s, timeout=5.0))
+    verdict = review(REFUSED, "0.33.0", adapters=lambda s: admission_check(s, timeout=5.0, budget=60.0))
     assert not verdict.allowed and verdict.message == EXPECTED
     # without the adapters' configs (a webhook that cannot read the Hub), nothing to refuse on
     assert review(REFUSED, "0.33.0").allowed
@@ -305,10 +308,27 @@ def test_admission_refuses_a_higher_rank_and_another_base_model_with_the_fix(ada
 
 def test_admission_admits_an_unreadable_adapter_with_a_warning(adapter_hub: FakeHub) -> None:
     verdict = review(body(adapters=[{"name": "gone", "source": "org/missing"}, {"name": "ok", "source": "org/fine"}]),
-                     "0.33.0", adapters=lambda s: admission_check(s, timeout=5.0))
+                     "0.33.0", adapters=lambda s: admission_check(s, timeout=5.0, budget=60.0))
     assert verdict.allowed, verdict.message
     assert any("lora adapter gone: LoRA adapter org/missing was not found on the Hub; checked again when the "
                "operator reconciles it" in w for w in verdict.warnings), verdict.warnings
+
+
+def test_admission_answers_within_its_budget_when_the_hub_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # nothing listens there: every request fails
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{sock.getsockname()[1]}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    pool = ThreadPoolExecutor(max_workers=1)
+    started = time.monotonic()
+    try:
+        verdict = review(REFUSED, "0.33.0", adapters=lambda s: admission_check(s, timeout=1.0, budget=2.0, pool=pool))
+        elapsed = time.monotonic() - started
+    finally:
+        pool.shutdown(wait=True)  # the abandoned read ends (its retries) before the test does
+    assert verdict.allowed and elapsed < 10.0, elapsed  # huggingface_hub alone retries for about 25 s per file
+    assert any("could not be read from the Hub within 2 s; checked when the operator reconciles it" in w
+               for w in verdict.warnings), verdict.warnings
 
 
 def test_reconcile_gives_planned_false_with_the_same_message_and_applies_nothing(adapter_hub: FakeHub) -> None:

@@ -8,6 +8,8 @@ one HEAD request) and stops, Planned=False, on an adapter it cannot read, as it 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 
 from llm_autopilot.api.lora import AdapterConfig, lora_refusal, parse_adapter_config
@@ -70,8 +72,22 @@ def reconcile_refusal(spec: LLMDeploymentSpec, token: TokenSource, *, timeout: f
     return None
 
 
-def admission_check(spec: LLMDeploymentSpec, *, timeout: float) -> tuple[str | None, list[str]]:
-    """For the webhook: (the refusal, or None; warnings for the adapters it could not read)."""
-    reading = read_adapter_configs(spec, lambda: None, timeout=timeout)
+#: the webhook's reads run here, so that a Hub that does not answer (huggingface_hub retries a failed request for
+#: about 25 s) never holds the answer past its budget
+_ADMISSION_READS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="adapter-configs")
+
+
+def admission_check(spec: LLMDeploymentSpec, *, timeout: float, budget: float,
+                    pool: ThreadPoolExecutor | None = None) -> tuple[str | None, list[str]]:
+    """For the webhook: (the refusal, or None; warnings for the adapters it could not read), within ``budget``
+    seconds (the reads run on ``pool``, by default the webhook's own)."""
+    if spec.lora is None or not spec.lora.adapters:
+        return None, []
+    future = (pool or _ADMISSION_READS).submit(read_adapter_configs, spec, lambda: None, timeout=timeout)
+    try:
+        reading = future.result(timeout=budget)
+    except FutureTimeout:
+        return None, [f"the LoRA adapters' adapter_config.json could not be read from the Hub within {budget:g} s; "
+                      "checked when the operator reconciles it"]
     unread = [f"{e}; checked again when the operator reconciles it" for e in reading.errors]
     return lora_refusal(spec, reading.configs), unread + reading.notes

@@ -68,6 +68,8 @@ ADMISSION_EXECUTOR = ThreadPoolExecutor(max_workers=SETTINGS.admission_workers, 
 FIRST_RESYNC_SPREAD_SECONDS = 30.0
 #: per adapter_config.json read by the webhook (an unread one is admitted with a warning, read again later)
 ADAPTER_TIMEOUT_SECONDS = 3.0
+#: all of the webhook's adapter reads (a Hub that does not answer: admitted with a warning, read again later)
+ADAPTER_BUDGET_SECONDS = 4.0
 
 
 def kube() -> Kube:
@@ -404,7 +406,8 @@ def _review(spec: dict[str, Any], name: str, userinfo: kopf.UserInfo,
     """(warnings, the refusal or None, its HTTP code: 403 for access, 422 for a spec that cannot work)."""
     verdict = review(spec, SETTINGS.default_vllm_version, name=name,
                      nodes=lambda: [(n.labels, n.allocatable_gpus) for n in kube().gpu_nodes()],
-                     adapters=lambda s: admission_check(s, timeout=ADAPTER_TIMEOUT_SECONDS))
+                     adapters=lambda s: admission_check(s, timeout=ADAPTER_TIMEOUT_SECONDS,
+                                                        budget=ADAPTER_BUDGET_SECONDS))
     refusal = verdict.message if not verdict.allowed else _secret_refusal(spec, userinfo, namespace)
     telemetry.ADMISSION.labels("rejected" if refusal is not None else "allowed").inc()
     return list(verdict.warnings), refusal, 422 if not verdict.allowed else 403
