@@ -79,6 +79,9 @@ golden: install ## Print how close the memory model comes to every golden vLLM l
 golden-vllm: install ## Record the real CPU vLLM's KV-cache lines for tests/data/vllm_cpu_kv_golden.json (~10 min)
 	$(PYTHON) hack/record_vllm_kv.py
 
+golden-lora: install ## Record what the real CPU vLLM allocates for LoRA slots, and its KV tokens with and without LoRA (tests/data/vllm_cpu_lora_golden.json, ~15 min)
+	$(PYTHON) hack/record_vllm_lora.py
+
 traces-vllm: install ## Record real vLLM metric traces under load on the local cluster (tests/data/vllm_cpu_metric_traces.json)
 	$(PYTHON) hack/cluster.py up >/dev/null
 	$(PYTHON) hack/record_vllm_traces.py

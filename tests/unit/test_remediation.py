@@ -21,7 +21,13 @@ from llm_autopilot.remediation.evidence import (
     rollout_complete,
 )
 from llm_autopilot.remediation.guards import Policy, State, Verdict, backoff_after_signal, decide
-from llm_autopilot.remediation.ladder import Overrides, Running, candidates, max_model_len_floor
+from llm_autopilot.remediation.ladder import (
+    Overrides,
+    Running,
+    candidates,
+    max_model_len_floor,
+    round_up_utilization,
+)
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render.kubernetes import memory_quantity
 from tests.unit.vllm_logs import LAST_LINE, cpu_kv_capacity_log, termination_message
@@ -221,6 +227,15 @@ def ladders(draw: st.DrawFn) -> tuple[Signal, Running, int | None]:
     signal = draw(st.sampled_from([s for s in Signal if s.is_memory]))
     reported = draw(st.none() | st.integers(0, 200000))
     return signal, r, reported
+
+
+@pytest.mark.parametrize(("value", "rounded"), [
+    (0.65, 0.65), (0.7 - 0.05, 0.65), (0.651, 0.66), (0.5, 0.5),
+    (0.5000000000000001, 0.51),  # a floor just above 0.5 (found by hypothesis): 0.5 would be below it
+])
+def test_utilization_rounds_up_to_two_decimals_and_never_below_its_value(value: float, rounded: float) -> None:
+    assert round_up_utilization(value) == rounded
+    assert round_up_utilization(value) >= value
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

@@ -91,3 +91,10 @@ def lora_problems(spec: LLMDeploymentSpec, configs: Mapping[str, AdapterConfig] 
             problems.append(f"{where}: its adapter_config.json says it was trained on {config.base_model}, not "
                             f"{_hub_path(spec.model.name)}; serve it on that model, or use an adapter of this one")
     return problems
+
+
+def lora_refusal(spec: LLMDeploymentSpec, configs: Mapping[str, AdapterConfig] | None = None) -> str | None:
+    """The one message admission and reconcile give for :func:`lora_problems` (None: nothing to refuse). The
+    pinned adapters beyond maxLoras are refused by the spec itself (``LoRASpec``, and its CEL rule)."""
+    problems = lora_problems(spec, configs)
+    return "spec." + "; spec.".join(problems) if problems else None

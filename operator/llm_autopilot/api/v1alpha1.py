@@ -956,6 +956,7 @@ class RemediationOverrides(StatusModel):
     replicas: int | None = Field(None, ge=1, le=1000, description="Replicas instead of spec.replicas.")
     memory_limit_gib: float | None = Field(None, alias="memoryLimitGiB", gt=0,
                                            description="Container memory limit (GiB).")
+    max_loras: int | None = Field(None, ge=1, le=64, description="LoRA adapter slots (--max-loras).")
     generation: int | None = Field(None, ge=0, description="The spec generation the step was taken under.")
     attestation: str | None = Field(
         None, max_length=64, description="The operator's digest of this step (the object's uid, the generation, "

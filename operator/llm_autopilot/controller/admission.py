@@ -37,20 +37,21 @@ class Verdict:
 
 #: the GPU nodes' (labels, allocatable GPUs), read when the answer needs them (None: not known)
 NodeSource = Callable[[], Iterable[tuple[Mapping[str, str], int]]]
+#: the LoRA adapters' verdict (controller/adapters.py::admission_check): (refusal or None, warnings)
+AdapterSource = Callable[[LLMDeploymentSpec], tuple[str | None, list[str]]]
 
 
 def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | None = None,
-           nodes: NodeSource | None = None) -> Verdict:
+           nodes: NodeSource | None = None, adapters: AdapterSource | None = None) -> Verdict:
     """The webhook's answer for an LLMDeployment named ``name`` (the name is checked when given). With ``nodes``,
     a named GPU product is planned on its pool as the reconciler will, and spec.autoscaling.maxReplicas is
-    checked against the replicas the pool holds."""
+    checked against the replicas the pool holds. With ``adapters``, the LoRA adapters' configs are checked."""
     if name is not None and (problem := object_name_problem(name)) is not None:
         return Verdict(False, f"metadata.name: {problem}")
     try:
         spec = LLMDeploymentSpec.model_validate(spec_body)
     except ValidationError as exc:
         return Verdict(False, validation_message(exc))
-    warnings: list[str] = []
     version = spec.vllm.version or default_vllm_version
     try:
         behaviour = behaviour_of(VLLMVersion.parse(version))
@@ -59,6 +60,9 @@ def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | 
         return Verdict(False, f"spec.vllm.version: {exc}")
     if unknown:
         return Verdict(False, f"spec.vllm.extraArgs: vLLM {version} does not accept {', '.join(unknown)}")
+    refused, warnings = adapters(spec) if adapters is not None and spec.lora is not None else (None, [])
+    if refused is not None:
+        return Verdict(False, refused)
     try:
         gpu = (GPUSpec.custom(spec.gpu.memory_gib, spec.gpu.compute_capability or "8.0")
                if spec.gpu.memory_gib is not None else find_gpu(spec.gpu.product) if spec.gpu.product else None)

