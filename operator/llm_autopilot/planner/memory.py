@@ -272,7 +272,7 @@ def estimate(c: ServingConfig) -> MemoryEstimate:
     available = budget - weights - activation - non_torch - graphs_in_budget - lora_slots - lora_profile
 
     per_token = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype)
-    window_tokens = c.max_num_batched_tokens * c.vllm.sliding_window_batches
+    window_tokens = c.max_num_batched_tokens * c.vllm.in_flight_batches(pipeline_parallel_size=pp)
     per_request = kv_bytes_per_request(m, tp, pp, c.kv_cache_dtype, max_model_len=c.max_model_len,
                                        max_num_batched_tokens=window_tokens, block_size=c.block_size)
     concurrency = max(available, 0) / per_request if per_request else 0.0

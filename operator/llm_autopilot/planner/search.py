@@ -192,7 +192,8 @@ def _longest_len(cfg: ServingConfig, probe: MemoryEstimate, desired: int, concur
     usable = (probe.kv_cache_bytes - headroom) / concurrency
     fitting = largest_len_that_fits(cfg.model, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
                                     cfg.kv_cache_dtype, available_bytes=usable,
-                                    max_num_batched_tokens=cfg.max_num_batched_tokens * cfg.vllm.sliding_window_batches,
+                                    max_num_batched_tokens=cfg.max_num_batched_tokens * cfg.vllm.in_flight_batches(
+                                        pipeline_parallel_size=cfg.pipeline_parallel_size),
                                     block_size=cfg.block_size, limit=desired)
     if fitting >= desired:
         return desired
