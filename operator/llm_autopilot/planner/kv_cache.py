@@ -64,6 +64,13 @@ def stage_layer_split(m: ModelArchitecture, pp: int) -> tuple[int, int]:
     return math.ceil(full / group) * group, math.ceil(sliding / group) * group
 
 
+def kv_block_bytes(m: ModelArchitecture, tp: int, pp: int, dtype: KVCacheDtype, block_size: int) -> int:
+    """Bytes of one block of vLLM's pool (``num_gpu_blocks`` counts these): a page of ``block_size`` tokens for
+    every layer of one KV-cache group."""
+    full, sliding = stage_layer_split(m, pp)
+    return kv_cache_group_size(full, sliding) * kv_bytes_per_token_per_layer(m, tp, dtype) * block_size
+
+
 def kv_bytes_per_token(m: ModelArchitecture, tp: int, pp: int, dtype: KVCacheDtype) -> int:
     """Bytes one token costs on the busiest GPU if every layer keeps it (the figure vLLM divides by)."""
     full, sliding = stage_layer_split(m, pp)
