@@ -1,5 +1,5 @@
 """A plan against what the running vLLM says about its KV cache. Pure: the shell hands in the
-``vllm:cache_config_info`` sample's labels (Prometheus) or the start-up log (``pods/log``), and the time.
+``cache_config_info`` sample's labels (Prometheus) or the start-up log (``pods/log``), and the time.
 
 What vLLM prints is in vllm/startup.py. The comparison is in KV memory, in percent of one GPU's memory, because
 that is the unit the plan's budget and headroom are in: a token count alone hides the bytes per token.
@@ -23,6 +23,7 @@ from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.kv_cache import kv_block_bytes
 from llm_autopilot.planner.memory import MemoryEstimate
 from llm_autopilot.vllm import startup
+from llm_autopilot.vllm.metrics import CACHE_CONFIG_INFO
 
 #: |measured - predicted| KV memory, in percent of one GPU's memory, beyond which a plan is not verified
 TOLERANCE_PERCENT = 2.0
@@ -35,7 +36,7 @@ class ObservationError(ValueError):
 
 
 class Source(StrEnum):
-    METRICS = "metrics"  # the vllm:cache_config_info sample (Prometheus)
+    METRICS = "metrics"  # the ``cache_config_info`` sample (Prometheus)
     LOG = "log"  # the start-up log lines (pods/log)
 
 
@@ -58,10 +59,10 @@ def _label_int(labels: Mapping[str, str], name: str, *, minimum: int) -> int | N
     if value is None or value in (startup.UNSET, ""):
         return None
     if not isinstance(value, str) or not value.isdigit() or len(value) > 18:
-        raise ObservationError(f"vllm:cache_config_info label {name}={value!r} is not a whole number")
+        raise ObservationError(f"{CACHE_CONFIG_INFO} label {name}={value!r} is not a whole number")
     number = int(value)
     if number < minimum:
-        raise ObservationError(f"vllm:cache_config_info label {name}={value!r} is below {minimum}")
+        raise ObservationError(f"{CACHE_CONFIG_INFO} label {name}={value!r} is below {minimum}")
     return number
 
 
@@ -72,17 +73,17 @@ def _label_fraction(labels: Mapping[str, str], name: str) -> float | None:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ObservationError(f"vllm:cache_config_info label {name}={value!r} is not a number") from None
+        raise ObservationError(f"{CACHE_CONFIG_INFO} label {name}={value!r} is not a number") from None
     if not math.isfinite(number) or not 0 < number <= 1:
-        raise ObservationError(f"vllm:cache_config_info label {name}={value!r} is not in (0, 1]")
+        raise ObservationError(f"{CACHE_CONFIG_INFO} label {name}={value!r} is not in (0, 1]")
     return number
 
 
 def observed_from_cache_config_info(labels: Mapping[str, str]) -> Observed:
-    """The figures of one ``vllm:cache_config_info`` sample; at least the block count must be there."""
+    """The figures of one ``cache_config_info`` sample; at least the block count must be there."""
     blocks = _label_int(labels, startup.LABEL_NUM_BLOCKS, minimum=1)
     if blocks is None:
-        raise ObservationError("vllm:cache_config_info has no num_gpu_blocks: the engine has not sized its "
+        raise ObservationError(f"{CACHE_CONFIG_INFO} has no num_gpu_blocks: the engine has not sized its "
                                "KV cache yet")
     dtype = labels.get(startup.LABEL_CACHE_DTYPE)
     return Observed(
