@@ -7,7 +7,8 @@ written in a Hugging Face cache layout (``<cache>/models--ORG--NAME/snapshots/<c
 the project's Hub client resolves the same id through a local Hub-shaped server serving the same files.
 
 The shapes cover what the planner's KV arithmetic distinguishes: grouped-query attention, multi-query
-attention, tied embeddings, a sliding window, and a longer model for overload runs. Runs in the CPU
+attention, tied embeddings, a sliding window (also one longer than the context), Gemma 2's alternating
+layers with and without ``layer_types``, and a longer model for overload runs. Runs in the CPU
 vLLM's virtual environment (torch, transformers, tokenizers, safetensors):
 
     $(python3 hack/cluster.py vllm path) hack/tiny_models.py DIR [NAME ...]
@@ -44,6 +45,8 @@ class TinyModel:
     name: str
     architecture: str  # transformers class name, as config.json `architectures` spells it
     config: dict[str, Any] = field(default_factory=dict)
+    #: keys left out of the written config.json (transformers fills them in when it reads the config back)
+    drop: tuple[str, ...] = ()
 
     @property
     def hub_id(self) -> str:
@@ -60,6 +63,18 @@ MODELS: tuple[TinyModel, ...] = (
     TinyModel("tiny-llama-tied", "LlamaForCausalLM", {**_LLAMA, "num_hidden_layers": 3, "num_key_value_heads": 4,
                                                       "tie_word_embeddings": True}),
     TinyModel("tiny-mistral-swa", "MistralForCausalLM", {**_LLAMA, "sliding_window": 256}),
+    # a model-level window longer than the context, as Phi-3-mini-128k's 262,144 over 131,072 positions
+    TinyModel("tiny-phi3-longwindow", "Phi3ForCausalLM", {**_LLAMA, "sliding_window": 65536, "pad_token_id": 2}),
+    # Gemma 2 as the Hub's configs have it, without layer_types: transformers slides layers 0, 2, ..., 8 (5 of 9),
+    # so 4 full + 5 sliding, near-equal counts vLLM groups by the larger one
+    TinyModel("tiny-gemma2-9", "Gemma2ForCausalLM", {**_LLAMA, "num_hidden_layers": 9, "sliding_window": 256,
+                                                    "tie_word_embeddings": True, "pad_token_id": 2},
+              drop=("layer_types",)),
+    # 3 full + 5 sliding layers named by layer_types: 5 is not below 1.5 x 3, so groups of the smaller count
+    TinyModel("tiny-gemma2-3f5s", "Gemma2ForCausalLM", {
+        **_LLAMA, "num_hidden_layers": 8, "sliding_window": 256, "tie_word_embeddings": True, "pad_token_id": 2,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                        "full_attention", "sliding_attention", "sliding_attention", "full_attention"]}),
 )
 BY_NAME = {m.name: m for m in MODELS}
 
@@ -91,6 +106,8 @@ def _weights(model: TinyModel, folder: Path) -> None:
     # save_pretrained writes `dtype` on newer transformers; planners and older readers look for torch_dtype
     written = json.loads((folder / "config.json").read_text())
     written.setdefault("torch_dtype", "bfloat16")
+    for key in model.drop:
+        written.pop(key, None)
     (folder / "config.json").write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
 
 

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -387,3 +388,53 @@ def test_internal_errors_exit_3_with_one_line() -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("internal error: OSError: [Errno 28]") and "LLM_AUTOPILOT_DEBUG=1" in lines[0]
+
+
+# --- plan --calibration ------------------------------------------------------------------------------------
+
+
+def _calibration_files(tmp: Path) -> dict[str, Path]:
+    now = datetime.now(UTC).isoformat()
+    sample = {"ratio": 0.97, "time": now, "deployment": "ns/a"}
+    store = {"version": 1, "entries": [{"gpuProduct": "H100-80GB", "vllmVersion": "0.33.0", "family": "llama",
+                                        "samples": [sample, {**sample, "deployment": "ns/b", "ratio": 0.975}]}]}
+    forged = {"version": 1, "entries": [{"gpuProduct": "H100-80GB", "vllmVersion": "0.33.0", "family": "llama",
+                                         "samples": [{**sample, "ratio": 40}]}]}
+    files = {"store": store, "forged": forged,
+             "configmap": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                           "data": {"calibration.json": json.dumps(store)}}}
+    paths = {}
+    for name, data in files.items():
+        paths[name] = tmp / f"{name}.json"
+        paths[name].write_text(json.dumps(data))
+    paths["garbage"] = tmp / "garbage.json"
+    paths["garbage"].write_bytes(b"\x00{{not: [json")
+    return paths
+
+
+def test_plan_reads_a_calibration_store(tmp_path: Path) -> None:
+    files = _calibration_files(tmp_path)
+    base = ("plan", "--model", LLAMA_8B, "--gpu", H100, "--max-model-len", "8192", "-o", "json")
+    plain, store, configmap, forged, other = run_all(
+        base, (*base, "--calibration", str(files["store"])), (*base, "--calibration", str(files["configmap"])),
+        (*base, "--calibration", str(files["forged"])),
+        (*base, "--vllm-version", "0.32.0", "--calibration", str(files["store"])))
+    for result in (plain, store, configmap, forged, other):
+        assert result.returncode == 0, result.stderr
+    reasons = [r for r in json.loads(store.stdout)["reasons"] if r.startswith("kvCalibration")]
+    assert len(reasons) == 1 and "from 2 deployments on H100-80GB with vLLM 0.33.0" in reasons[0], reasons
+    assert json.loads(configmap.stdout)["reasons"] == json.loads(store.stdout)["reasons"]
+    tokens = [json.loads(r.stdout)["memory"]["kv_cache_tokens"] for r in (plain, store)]
+    assert tokens[1] < tokens[0]
+    # a forged sample is dropped with a warning, and nothing is calibrated
+    assert "sample 0 dropped: ratio must be a number in [0.5, 1.5]" in forged.stderr
+    assert not any(r.startswith("kvCalibration") for r in json.loads(forged.stdout)["reasons"])
+    # a store for 0.33.0 does not calibrate a plan for 0.32.0
+    assert "the calibration covers vLLM 0.33.0 only" in other.stderr
+    assert not any(r.startswith("kvCalibration") for r in json.loads(other.stdout)["reasons"])
+
+
+def test_plan_refuses_an_unreadable_calibration_file(tmp_path: Path) -> None:
+    files = _calibration_files(tmp_path)
+    result = run("plan", "--model", LLAMA_8B, "--gpu", H100, "--calibration", str(files["garbage"]))
+    assert result.returncode != 0 and "--calibration" in result.stderr and "cannot read it" in result.stderr

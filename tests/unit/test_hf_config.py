@@ -90,6 +90,26 @@ def test_mistral_v01_style_window_applies_to_all_layers() -> None:
     assert m.num_sliding_window_layers == 32
 
 
+@pytest.mark.parametrize(("name", "extra", "window", "sliding"), [
+    # Phi-3-mini-128k / Phi-3.5-mini: window 262,144 over 131,072 positions; vLLM keeps it on every layer
+    ("window longer than the context", {"model_type": "phi3", "sliding_window": 262144}, 262144, 32),
+    ("window equal to the context", {"model_type": "phi3", "sliding_window": 131072}, 131072, 32),
+    ("window shorter than the context", {"model_type": "phi3", "sliding_window": 2047}, 2047, 32),
+    ("no window", {"model_type": "phi3", "sliding_window": None}, None, 0),
+    # Gemma 2 without layer_types: transformers slides layers 0, 2, 4, ...: ceil(n/2)
+    ("gemma2, odd layer count", {"model_type": "gemma2", "num_hidden_layers": 9, "sliding_window": 256}, 256, 5),
+    ("gemma2, even layer count", {"model_type": "gemma2", "num_hidden_layers": 42, "sliding_window": 4096},
+     4096, 21),
+    ("gemma2, one layer", {"model_type": "gemma2", "num_hidden_layers": 1, "sliding_window": 256}, 256, 1),
+    ("gemma2 with layer_types", {"model_type": "gemma2", "num_hidden_layers": 3, "sliding_window": 256,
+                                 "layer_types": ["full_attention", "sliding_attention", "full_attention"]}, 256, 1),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_sliding_window_layers_as_vllm_builds_them(name: str, extra: dict[str, object], window: int | None,
+                                                   sliding: int) -> None:
+    m = parse_hf_config({**LLAMA, **extra}, "x")
+    assert (m.sliding_window, m.num_sliding_window_layers) == (window, sliding), name
+
+
 def test_deepseek_v3_mla_and_moe() -> None:
     m = model("deepseek-ai/DeepSeek-V3")
     assert m.mla is not None and (m.mla.kv_lora_rank, m.mla.qk_rope_head_dim) == (512, 64)

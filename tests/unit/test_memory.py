@@ -112,7 +112,10 @@ def test_version_defaults() -> None:
     assert (v19.default_gpu_memory_utilization, v20.default_gpu_memory_utilization) == (0.9, 0.92)
     assert (v19.cuda_graphs_in_budget, v20.cuda_graphs_in_budget) == (False, True)
     assert (v19.online_fp8_quantization, v20.online_fp8_quantization) == ("fp8", "fp8_per_tensor")
-    assert (v20.sliding_window_batches, v33.sliding_window_batches) == (1, 2)
+    v31, v32 = (behaviour_of(VLLMVersion(0, m, 0)) for m in (31, 32))
+    # async scheduling is on by default on a GPU in 0.32.0 and 0.33.0 (config/vllm.py), off on the CPU build
+    assert [v.in_flight_batches() for v in (v20, v31, v32, v33)] == [1, 1, 2, 2]
+    assert (v32.in_flight_batches(pipeline_parallel_size=2), v32.in_flight_batches(on_cpu=True)) == (3, 1)
     with pytest.raises(VersionError):
         behaviour_of(VLLMVersion(0, 10, 0))
     with pytest.raises(VersionError):

@@ -38,6 +38,9 @@ from llm_autopilot.api.serve_flags import (
 )
 from llm_autopilot.api.sources import HubSource, Source, parse_source, source_problem
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
+from llm_autopilot.domain.precision import GIB
+from llm_autopilot.planner.verify import TOLERANCE_PERCENT as VERIFICATION_TOLERANCE_PERCENT
+from llm_autopilot.planner.verify import Verification
 
 QuantizationName = Literal["none", "fp8", "awq", "gptq"]
 KVCacheDtypeName = Literal["auto", "fp8"]
@@ -801,6 +804,20 @@ class LoRASpec(APIModel):
 SPEC_MAX_BYTES = 64 * 1024
 
 
+class VerificationSpec(APIModel):
+    """How a plan is checked against the running vLLM's own KV-cache figures. Not yet a field of the spec: it
+    becomes spec.verification when the operator reads the figures back (issue #18), so that no admitted knob does
+    nothing."""
+
+    tolerance_percent: float = Field(
+        VERIFICATION_TOLERANCE_PERCENT, ge=0.5, le=20,
+        description="KV-memory error, in percent of one GPU's memory, beyond which PlanVerified is False. "
+                    f"Default {VERIFICATION_TOLERANCE_PERCENT:g} (the plan's own minimum headroom).")
+    calibrate: bool = Field(
+        True, description="Apply the calibration earlier deployments measured on this GPU, vLLM version and "
+                          "architecture family, and add this deployment's measurement to it. Default true.")
+
+
 class LLMDeploymentSpec(APIModel):
     model: ModelSource = Field(description="The model to serve.")
     gpu: GPUSelector = Field(default_factory=GPUSelector, description="GPUs the deployment may use.")
@@ -1006,6 +1023,48 @@ class SourceStatus(APIModel):
     message: str = Field("", description="Why the inspection failed.")
 
 
+class PodVerification(StatusModel):
+    """One pod's (a replica's, or a pipeline stage's) KV cache as its vLLM reports it."""
+
+    pod: str = Field(max_length=253, description="The pod.")
+    stage: int | None = Field(None, ge=0, le=64, description="Pipeline stage of the pod in a multi-node group.")
+    actual_tokens: int | None = Field(None, ge=0, description="KV-cache tokens vLLM reports.")
+    actual_blocks: int | None = Field(None, ge=0, description="KV-cache blocks vLLM reports (num_gpu_blocks).")
+    error_percent: float = Field(description="(actual - predicted) KV memory in percent of one GPU's memory.")
+
+
+class VerificationStatus(StatusModel):
+    """The plan's KV cache against what the running vLLM reports (planner/verify.py)."""
+
+    predicted_tokens: int = Field(ge=0, description="KV-cache tokens the plan predicted.")
+    actual_tokens: int | None = Field(None, ge=0, description="KV-cache tokens vLLM reports (\"KV cache size\").")
+    predicted_blocks: int = Field(ge=0, description="KV-cache blocks the plan predicted.")
+    actual_blocks: int | None = Field(None, ge=0, description="KV-cache blocks vLLM reports (num_gpu_blocks).")
+    predicted_kv_gib: float = Field(alias="predictedKVGiB", description="KV memory the plan predicted (GiB).")
+    actual_kv_gib: float = Field(alias="actualKVGiB", description="KV memory vLLM has (GiB).")
+    error_percent: float = Field(description="(actual - predicted) KV memory in percent of one GPU's memory; "
+                                             "negative: vLLM has less room than planned.")
+    tolerance_percent: float = Field(description="The error PlanVerified allows either way.")
+    verified: bool = Field(description="Whether the error is within the tolerance (the PlanVerified condition).")
+    source: Literal["metrics", "log"] = Field(
+        description="Where the actual figures come from: vllm:cache_config_info, or the start-up log.")
+    vllm_version: str = Field(max_length=64, description="The vLLM version that reported them.")
+    time: AwareDatetime = Field(description="When they were read (RFC 3339).")
+    calibration: str | None = Field(None, max_length=400, description="The KV calibration the plan applied.")
+    pods: tuple[PodVerification, ...] = Field(
+        default=(), max_length=64, description="Per pod where pods differ (replicas, pipeline stages).")
+
+    @classmethod
+    def of(cls, v: Verification, *, calibration: str | None = None,
+           pods: tuple[PodVerification, ...] = ()) -> VerificationStatus:
+        return cls(predicted_tokens=v.predicted_tokens, actual_tokens=v.actual_tokens,
+                   predicted_blocks=v.predicted_blocks, actual_blocks=v.actual_blocks,
+                   predicted_kv_gib=round(v.predicted_kv_bytes / GIB, 3),
+                   actual_kv_gib=round(v.actual_kv_bytes / GIB, 3), error_percent=round(v.error_percent, 3),
+                   tolerance_percent=v.tolerance_percent, verified=v.verified, source=v.source.value,
+                   vllm_version=v.vllm_version, time=v.time, calibration=calibration, pods=pods)
+
+
 class LLMDeploymentStatus(APIModel):
     observed_generation: int | None = Field(None, description="The spec generation last reconciled.")
     replicas: int | None = Field(
@@ -1018,6 +1077,8 @@ class LLMDeploymentStatus(APIModel):
     remediation: RemediationStatus | None = Field(None, description="Remediation rung and history.")
     cache: CacheStatus | None = Field(None, description="The model cache's download (spec.model.cache).")
     source: SourceStatus | None = Field(None, description="What was read from a pvc:// source's volume.")
+    verification: VerificationStatus | None = Field(
+        None, description="The plan's KV cache against what the running vLLM reports (the PlanVerified condition).")
 
 
 class LLMDeployment(APIModel):

@@ -129,7 +129,17 @@ def _flag(config: Mapping[str, Any], name: str) -> bool:
 
 
 def _sliding_layers(config: Mapping[str, Any], num_layers: int) -> tuple[int | None, int]:
-    """(window, number of sliding-window layers) as vLLM would build the model."""
+    """(window, number of sliding-window layers) as vLLM would build the model (read in vLLM 0.32.0 and 0.33.0).
+
+    - ``layer_types`` names each layer (vLLM's gemma2.py/llama.py read ``config.layer_types[layer_idx]``).
+    - Gemma2 without ``layer_types`` (the Hub's configs): transformers' ``Gemma2Config.__init__`` fills it with
+      ``"sliding_attention" if (i + 1) % 2 else "full_attention"``, so the even indices slide: ceil(n/2) layers.
+    - Otherwise a model-level window applies to every layer, however long: ``EngineArgs.create_engine_config``
+      (engine/arg_utils.py) sets ``CacheConfig.sliding_window`` from the config when there are no layer types,
+      and ``Attention.__init__`` (model_executor/layers/attention/attention.py) gives it to each layer, so
+      Phi-3-mini-128k's window of 262,144 over 131,072 positions still makes every layer a sliding-window
+      layer (one block more per request than full attention: ``SlidingWindowSpec.max_admission_blocks_per_request``).
+    """
     window = _optional_int(config, "sliding_window")
     layer_types = config.get("layer_types")
     if isinstance(layer_types, list) and layer_types:
@@ -139,13 +149,10 @@ def _sliding_layers(config: Mapping[str, Any], num_layers: int) -> tuple[int | N
         return None, 0
     model_type = str(config.get("model_type", ""))
     if model_type == "gemma2":
-        return window, num_layers // 2  # even layers slide
+        return window, (num_layers + 1) // 2  # layers 0, 2, 4, ... slide
     pattern = _optional_int(config, "sliding_window_pattern")
     if pattern:
         return window, num_layers - num_layers // pattern  # every pattern-th layer is global
-    max_len = _optional_int(config, "max_position_embeddings") or 0
-    if window >= max_len > 0:
-        return None, 0  # a window as long as the context is no window
     return window, num_layers
 
 

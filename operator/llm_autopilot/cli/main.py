@@ -17,9 +17,11 @@ import re
 import socket
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeVar
 
 import click
+import yaml
 
 from llm_autopilot.api.crd import render as render_crd
 from llm_autopilot.catalog.gpus import GPUS, UnknownGPUError, find_gpu
@@ -32,6 +34,15 @@ from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
 from llm_autopilot.hub.client import ModelFetchError, load_local
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_model
+from llm_autopilot.planner.calibration import (
+    CONFIGMAP_KEY,
+    CalibrationError,
+    KVCalibration,
+    NotCalibrated,
+    calibration_for,
+    key_of,
+    parse_store,
+)
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.lora import DEFAULT_MAX_LORA_RANK, VLLM_LORA_RANKS, LoRASettings
 from llm_autopilot.planner.memory import estimate
@@ -39,7 +50,7 @@ from llm_autopilot.planner.plan import Infeasible, PlanRequest, Targets
 from llm_autopilot.planner.search import plan as make_plan
 from llm_autopilot.planner.weights import total_parameters
 from llm_autopilot.render.vllm_args import ServeOptions
-from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, VersionError, VLLMVersion, behaviour_of
+from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, VersionError, VLLMBehaviour, VLLMVersion, behaviour_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -153,13 +164,17 @@ def cli() -> None:
               help="Reserve this many LoRA adapter slots (--enable-lora).")
 @click.option("--max-lora-rank", type=click.Choice([str(r) for r in VLLM_LORA_RANKS]), default=None,
               help="Rank of every LoRA slot (default 16, with --max-loras).")
+@click.option("--calibration", "calibration_file", type=click.Path(exists=True, dir_okay=False),
+              help="KV calibration store (its JSON, or the ConfigMap holding it under calibration.json): plan as "
+                   "the cluster would for this GPU, vLLM version and architecture family.")
 @click.option("--output", "-o", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
 def plan(model: str | None, model_config: str | None, revision: str | None, gpu: str | None,
          gpu_memory_gib: float | None, compute_capability: str, max_model_len: int | None,
          min_max_model_len: int | None, concurrency: int | None, max_gpus: int,
          allow_quantization: tuple[str, ...], allow_kv_cache_dtype: tuple[str, ...], variant: tuple[str, ...],
          gpu_memory_utilization: float | None, enforce_eager: bool, vllm_version: str,
-         served_model_name: str | None, max_loras: int | None, max_lora_rank: str | None, output: str) -> None:
+         served_model_name: str | None, max_loras: int | None, max_lora_rank: str | None,
+         calibration_file: str | None, output: str) -> None:
     """The cheapest vLLM configuration that fits, its memory breakdown, reasons and command."""
     architecture = _load_model(model, model_config, revision)
     formats = [WeightFormat.NONE]
@@ -186,8 +201,11 @@ def plan(model: str | None, model_config: str | None, revision: str | None, gpu:
         lora=LoRASettings(max_loras or 1, int(max_lora_rank or DEFAULT_MAX_LORA_RANK))
         if max_loras or max_lora_rank else None,
     )
-    request = PlanRequest(architecture, _load_gpu(gpu, gpu_memory_gib, compute_capability),
-                          behaviour_of(VLLMVersion.parse(vllm_version)), targets)
+    gpu_spec = _load_gpu(gpu, gpu_memory_gib, compute_capability)
+    behaviour = behaviour_of(VLLMVersion.parse(vllm_version))
+    request = PlanRequest(architecture, gpu_spec, behaviour, targets,
+                          kv_calibration=_load_calibration(calibration_file, gpu_spec, behaviour, architecture)
+                          if calibration_file else None)
     result = make_plan(request)
     if isinstance(result, Infeasible):
         if output == "table":
@@ -198,6 +216,36 @@ def plan(model: str | None, model_config: str | None, revision: str | None, gpu:
         sys.exit(EXIT_INFEASIBLE)
     options = ServeOptions(served_model_name=served_model_name or architecture.model_id, revision=revision)
     click.echo(plan_table(result, options) if output == "table" else dump(plan_dict(result, options), output))
+
+
+def _load_calibration(path: str, gpu_spec: GPUSpec, behaviour: VLLMBehaviour,
+                      architecture: ModelArchitecture) -> KVCalibration | None:
+    """The calibration for this plan's key from a store file; what is dropped or missing is said on stderr."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.safe_load(handle)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        fail(f"--calibration {path}: cannot read it: {str(exc).splitlines()[0]}")
+    if isinstance(data, dict) and data.get("kind") == "ConfigMap":
+        text = (data.get("data") or {}).get(CONFIGMAP_KEY)
+        if not isinstance(text, str):
+            fail(f"--calibration {path}: the ConfigMap has no data.{CONFIGMAP_KEY}")
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            fail(f"--calibration {path}: data.{CONFIGMAP_KEY} is not JSON: {exc}")
+    now = datetime.now(UTC)
+    try:
+        store, problems = parse_store(data, now)
+    except CalibrationError as exc:
+        fail(f"--calibration {path}: {exc}")
+    for problem in problems:
+        click.echo(f"warning: {problem}", err=True)
+    found = calibration_for(store, key_of(gpu_spec.display_name, behaviour.version, architecture), now)
+    if isinstance(found, NotCalibrated):
+        click.echo(found.reason, err=True)
+        return None
+    return found
 
 
 @cli.command(name="estimate")

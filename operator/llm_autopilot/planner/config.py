@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
+from llm_autopilot.planner.calibration import KVCalibration
 from llm_autopilot.planner.lora import LoRASettings
 from llm_autopilot.vllm.versions import VLLMBehaviour, serving_dtype
 
@@ -50,6 +51,8 @@ class ServingConfig:
     nodes: int = 1
     #: ``--enable-lora``: the adapter slots vLLM reserves (planner/lora.py)
     lora: LoRASettings | None = None
+    #: earlier deployments' measured / predicted KV memory, applied capped (planner/calibration.py)
+    kv_calibration: KVCalibration | None = None
 
     @property
     def num_gpus(self) -> int:

@@ -3,8 +3,10 @@
 - Full attention (MHA/GQA): ``2 x head_dim x bytes x max(1, kv_heads // tp)`` per layer and token;
   with fewer KV heads than ranks each rank keeps a replica of one head.
 - MLA: one latent of ``kv_lora_rank + qk_rope_head_dim`` per layer and token, on every rank.
-- Sliding-window layers keep at most ``cdiv(min(window - 1 + max_num_batched_tokens, len), block) + 1``
-  blocks per request.
+- Sliding-window layers keep at most ``cdiv(min(window - 1 + in_flight_tokens, len), block) + 1``
+  blocks per request (``SlidingWindowSpec.max_admission_blocks_per_request``, ``v1/kv_cache_interface.py``),
+  also when the window is longer than the request: one block more than full attention. The callers pass
+  ``max_num_batched_tokens x`` :meth:`VLLMBehaviour.in_flight_batches` as ``max_num_batched_tokens``.
 Only the busiest pipeline stage matters.
 """
 
@@ -29,12 +31,26 @@ def kv_bytes_per_token_per_layer(m: ModelArchitecture, tp: int, dtype: KVCacheDt
     return 2 * m.head_dim * element * max(1, m.num_kv_heads // tp)
 
 
+def kv_cache_group_size(full: int, sliding: int) -> int:
+    """Layers per KV-cache group of a model with ``full`` full-attention and ``sliding`` sliding-window layers.
+
+    vLLM's ``_get_kv_cache_groups_uniform_page_size`` (``v1/core/kv_cache_utils.py`` in 0.32.0,
+    ``v1/core/kv_cache_planning.py`` in 0.33.0, the same rule in both): the smaller count, unless the larger is
+    less than 1.5 times it; then the larger, and the smaller type is padded ("Add N padding layers").
+    One attention type: one group of all layers.
+    """
+    if full == 0 or sliding == 0:
+        return full or sliding
+    smaller, larger = min(full, sliding), max(full, sliding)
+    return larger if larger < smaller * 1.5 else smaller
+
+
 def stage_layer_split(m: ModelArchitecture, pp: int) -> tuple[int, int]:
     """(full-attention, sliding-window) layer slots on the busiest pipeline stage.
 
-    vLLM's hybrid KV-cache manager puts layers into groups of equal size (the smaller of the two
-    counts) and gives every group its own blocks, so a partly filled last group costs a full one:
-    Gemma 3's 10 full + 52 sliding layers occupy 10 + 60 slots.
+    vLLM's hybrid KV-cache manager puts layers into groups of equal size (:func:`kv_cache_group_size`)
+    and gives every group its own blocks, so a partly filled last group costs a full one:
+    Gemma 3's 10 full + 52 sliding layers occupy 10 + 60 slots, a 9-layer Gemma 2's 4 full + 5 sliding 5 + 5.
     """
     if pp == 1:
         full, sliding = m.num_full_attention_layers, m.num_sliding_window_layers
@@ -44,8 +60,15 @@ def stage_layer_split(m: ModelArchitecture, pp: int) -> tuple[int, int]:
         full = layers - sliding
     if full == 0 or sliding == 0:
         return full, sliding
-    group = min(full, sliding)
+    group = kv_cache_group_size(full, sliding)
     return math.ceil(full / group) * group, math.ceil(sliding / group) * group
+
+
+def kv_block_bytes(m: ModelArchitecture, tp: int, pp: int, dtype: KVCacheDtype, block_size: int) -> int:
+    """Bytes of one block of vLLM's pool (``num_gpu_blocks`` counts these): a page of ``block_size`` tokens for
+    every layer of one KV-cache group."""
+    full, sliding = stage_layer_split(m, pp)
+    return kv_cache_group_size(full, sliding) * kv_bytes_per_token_per_layer(m, tp, dtype) * block_size
 
 
 def kv_bytes_per_token(m: ModelArchitecture, tp: int, pp: int, dtype: KVCacheDtype) -> int:
@@ -140,7 +163,7 @@ def kv_capacity(
     """
     full, sliding = stage_layer_split(m, pp)
     per_layer_block = kv_bytes_per_token_per_layer(m, tp, dtype) * block_size
-    group = min(g for g in (full, sliding) if g) if full or sliding else 0
+    group = kv_cache_group_size(full, sliding)
     if per_layer_block <= 0 or group == 0 or available_bytes <= 0:
         return KVCapacity(0, 0)
     page = group * per_layer_block

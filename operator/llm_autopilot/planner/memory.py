@@ -75,6 +75,8 @@ class MemoryEstimate:
     #: ``--enable-lora``: the adapter slots (with the punica metadata) and the profile run's extra peak
     lora_slots_bytes: float = 0.0
     lora_profile_bytes: float = 0.0
+    #: what the KV calibration added to (negative: took from) the KV room, already in ``kv_cache_bytes``
+    kv_calibration_bytes: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -270,9 +272,13 @@ def estimate(c: ServingConfig) -> MemoryEstimate:
     graphs_in_budget = graphs if c.vllm.cuda_graphs_in_budget else 0.0
     lora_slots, lora_profile = lora_slots_bytes(c), lora_profile_bytes(c)
     available = budget - weights - activation - non_torch - graphs_in_budget - lora_slots - lora_profile
+    # a calibration from earlier deployments moves the KV room (capped) before any fit check: a plan it pushes
+    # past the budget gets the same problems as an uncalibrated one (planner/calibration.py)
+    calibration = c.kv_calibration.delta_bytes(available, total) if c.kv_calibration is not None else 0.0
+    available += calibration
 
     per_token = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype)
-    window_tokens = c.max_num_batched_tokens * c.vllm.sliding_window_batches
+    window_tokens = c.max_num_batched_tokens * c.vllm.in_flight_batches(pipeline_parallel_size=pp)
     per_request = kv_bytes_per_request(m, tp, pp, c.kv_cache_dtype, max_model_len=c.max_model_len,
                                        max_num_batched_tokens=window_tokens, block_size=c.block_size)
     concurrency = max(available, 0) / per_request if per_request else 0.0
@@ -322,4 +328,5 @@ def estimate(c: ServingConfig) -> MemoryEstimate:
         problems=tuple(problems),
         lora_slots_bytes=lora_slots,
         lora_profile_bytes=lora_profile,
+        kv_calibration_bytes=calibration,
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
+from llm_autopilot.planner.calibration import KVCalibration
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.lora import LoRASettings
 from llm_autopilot.planner.memory import MemoryEstimate
@@ -60,6 +61,8 @@ class PlanRequest:
     targets: Targets = field(default_factory=Targets)
     #: architectures of pre-quantized variants, when known (else derived from the base model)
     variant_models: dict[WeightFormat, ModelArchitecture] = field(default_factory=dict)
+    #: for this GPU, vLLM version and family, from earlier deployments (planner/calibration.py); None: none
+    kv_calibration: KVCalibration | None = None
 
 
 @dataclass(frozen=True)

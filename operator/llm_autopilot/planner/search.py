@@ -179,6 +179,7 @@ def _config(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, layout: La
         kv_cache_dtype=kv,
         enforce_eager=t.enforce_eager,
         lora=t.lora,
+        kv_calibration=req.kv_calibration,
     )
 
 
@@ -192,7 +193,8 @@ def _longest_len(cfg: ServingConfig, probe: MemoryEstimate, desired: int, concur
     usable = (probe.kv_cache_bytes - headroom) / concurrency
     fitting = largest_len_that_fits(cfg.model, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
                                     cfg.kv_cache_dtype, available_bytes=usable,
-                                    max_num_batched_tokens=cfg.max_num_batched_tokens * cfg.vllm.sliding_window_batches,
+                                    max_num_batched_tokens=cfg.max_num_batched_tokens * cfg.vllm.in_flight_batches(
+                                        pipeline_parallel_size=cfg.pipeline_parallel_size),
                                     block_size=cfg.block_size, limit=desired)
     if fitting >= desired:
         return desired
@@ -409,6 +411,10 @@ def _reasons(req: PlanRequest, c: _Candidate) -> list[Reason]:
                               "in host memory and cross PCIe on every forward pass; every token is several times "
                               "slower. Allow more GPUs or a quantization to serve at full speed"))
     reasons.append(_length_reason(req, c))
+    if req.kv_calibration is not None:
+        room = est.kv_cache_bytes - est.kv_calibration_bytes
+        reasons.append(Reason("kvCalibration", f"{req.kv_calibration.ratio:.4f}",
+                              req.kv_calibration.reason(room, est.total_bytes)))
     pinned = t.gpu_memory_utilization is not None
     reasons.append(Reason("gpuMemoryUtilization", f"{cfg.gpu_memory_utilization:g}",
                           "set in the spec" if pinned else f"vLLM {req.vllm.version}'s default"))

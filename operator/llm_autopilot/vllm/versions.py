@@ -55,6 +55,14 @@ def serving_dtype(torch_dtype: str, model_type: str, gpu: GPUSpec) -> str:
     return "float32" if model_type in FLOAT16_REFUSED_MODEL_TYPES else "float16"
 OLDEST_SUPPORTED = VLLMVersion(0, 10, 2)
 
+#: The first release whose GPU engine turns async scheduling on when ``--async-scheduling`` is not given
+#: (``VllmConfig.__post_init__``: ``scheduler_config.async_scheduling is None`` becomes True unless a pooling
+#: model, an executor without support, ROCm DeepEP high-throughput DBO, an unsupported speculative method or
+#: pipeline parallelism on the V1 model runner rules it out; config/vllm.py). Read in the 0.32.0 and 0.33.0
+#: wheels, both on; releases before 0.32 were not read for it and keep one batch in flight, as the planner
+#: assumed before.
+ASYNC_SCHEDULING_DEFAULT_SINCE = VLLMVersion(0, 32, 0)
+
 
 @dataclass(frozen=True)
 class BatchDefaults:
@@ -89,10 +97,23 @@ class VLLMBehaviour:
         return "fp8_per_tensor" if self.version >= VLLMVersion(0, 20, 0) else "fp8"
 
     @property
-    def sliding_window_batches(self) -> int:
-        """Batches in flight that a sliding-window layer keeps blocks for: two with async scheduling,
-        the default in 0.33."""
-        return 2 if self.version >= VLLMVersion(0, 33, 0) else 1
+    def async_scheduling_by_default(self) -> bool:
+        """Whether ``--async-scheduling`` left unset turns on on a GPU (see :data:`ASYNC_SCHEDULING_DEFAULT_SINCE`)."""
+        return self.version >= ASYNC_SCHEDULING_DEFAULT_SINCE
+
+    def in_flight_batches(self, *, pipeline_parallel_size: int = 1, on_cpu: bool = False) -> int:
+        """Batches scheduled but not yet settled, which a sliding-window layer keeps blocks for
+        (``VllmConfig.max_concurrent_batches`` x ``max_num_batched_tokens`` = ``max_in_flight_tokens``,
+        config/vllm.py in 0.32.0 and 0.33.0).
+
+        With async scheduling on, the model runner V2 (the default on a GPU with Triton:
+        ``VllmConfig.use_v2_model_runner``) keeps ``pp + 1``, two without pipeline parallelism; without it,
+        ``pp``. The CPU build turns async scheduling off (``CpuPlatform.check_and_update_config``,
+        platforms/cpu.py), so the CPU goldens keep one batch.
+        """
+        if on_cpu or not self.async_scheduling_by_default:
+            return pipeline_parallel_size
+        return pipeline_parallel_size + 1
 
     @property
     def reserves_null_block(self) -> bool:

@@ -1,0 +1,243 @@
+"""Calibration of the KV-cache prediction from what earlier deployments measured. Pure.
+
+For each key (GPU product, vLLM version, architecture family) the store keeps one sample per deployment: the
+measured / predicted ratio of KV memory (planner/verify.py) and when it was measured. A later plan for the same
+key takes the robust mean of the samples, applied to its predicted KV memory and capped at :data:`CAP_PERCENT`
+of GPU memory, and names it in its reasons ("KV calibrated -1.2 % from 3 deployments on H100-80GB with
+vLLM 0.33.0"). The planner applies it before any fit check (planner/memory.py), so a plan that calibration
+pushes past the budget is refused with the same message as an uncalibrated one.
+
+One bad deployment must not poison the others:
+
+- a sample outside :data:`RATIO_BOUNDS` is a broken measurement and is never kept;
+- two samples that disagree by more than :data:`DISAGREEMENT` calibrate nothing (which one is right?);
+- from three samples on, those further than 3 scaled MADs (at least :data:`DISAGREEMENT`) from the median are
+  outliers and ignored;
+- a sample's weight halves every :data:`HALF_LIFE` and it is dropped after :data:`MAX_AGE`; the correction
+  applied shrinks with the newest sample's weight, so an old calibration fades out;
+- the key holds the exact vLLM version: a version no sample covers is not calibrated;
+- the store is input (a ConfigMap anyone with write access could forge): every entry is checked, and an entry
+  that is not a well-formed sample is dropped with a message, never trusted.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.vllm.versions import VersionError, VLLMVersion
+
+#: the largest correction, in percent of one GPU's memory, either way
+CAP_PERCENT = 5.0
+#: measured / predicted KV ratios outside this range are broken measurements, not calibration
+RATIO_BOUNDS = (0.5, 1.5)
+#: ratios this close always agree (a ratio 2 % apart is the planner's own error, not an outlier)
+DISAGREEMENT = 0.02
+HALF_LIFE = timedelta(days=14)
+MAX_AGE = timedelta(days=90)
+#: samples kept per key (the newest)
+MAX_SAMPLES = 32
+#: a sample time further than this in the future is forged
+CLOCK_SKEW = timedelta(minutes=5)
+#: store format version
+STORE_VERSION = 1
+#: the key of the operator's ConfigMap that holds the store's JSON
+CONFIGMAP_KEY = "calibration.json"
+_NAME_MAX = 253
+
+
+class CalibrationError(ValueError):
+    """The store as a whole cannot be read (not an object, unknown format version)."""
+
+
+@dataclass(frozen=True, order=True)
+class CalibrationKey:
+    gpu_product: str
+    vllm_version: str
+    family: str
+
+    def __str__(self) -> str:
+        return f"{self.gpu_product} with vLLM {self.vllm_version} ({self.family})"
+
+
+def family_of(model: ModelArchitecture) -> str:
+    """The architecture family a calibration is kept for: config.json's ``model_type``."""
+    return model.model_type if model.model_type != "unknown" else model.architecture
+
+
+def key_of(gpu_product: str, vllm_version: VLLMVersion | str, model: ModelArchitecture) -> CalibrationKey:
+    version = vllm_version if isinstance(vllm_version, VLLMVersion) else VLLMVersion.parse(vllm_version)
+    return CalibrationKey(gpu_product, str(version), family_of(model))
+
+
+@dataclass(frozen=True)
+class Sample:
+    ratio: float
+    time: datetime
+    #: ``namespace/name`` of the deployment measured: one sample per deployment
+    deployment: str
+
+
+@dataclass(frozen=True)
+class CalibrationStore:
+    entries: Mapping[CalibrationKey, tuple[Sample, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KVCalibration:
+    """What to apply for one key: ``ratio`` x the predicted KV memory, capped."""
+
+    key: CalibrationKey
+    ratio: float
+    deployments: int
+    cap_percent: float = CAP_PERCENT
+
+    def delta_bytes(self, kv_bytes: float, gpu_total_bytes: float) -> float:
+        """The change to a predicted KV room of ``kv_bytes`` (none for a room that is not there)."""
+        if kv_bytes <= 0 or gpu_total_bytes <= 0:
+            return 0.0
+        cap = self.cap_percent / 100 * gpu_total_bytes
+        return max(-cap, min(cap, kv_bytes * (self.ratio - 1)))
+
+    def reason(self, kv_bytes: float, gpu_total_bytes: float) -> str:
+        percent = self.delta_bytes(kv_bytes, gpu_total_bytes) / gpu_total_bytes * 100 if gpu_total_bytes else 0.0
+        capped = " (capped)" if abs(kv_bytes * (self.ratio - 1)) > self.cap_percent / 100 * gpu_total_bytes else ""
+        sign = "\u2212" if percent < 0 else "+"
+        plural = "deployment" if self.deployments == 1 else "deployments"
+        return (f"KV calibrated {sign}{abs(percent):.1f} % of GPU memory{capped} from {self.deployments} {plural} "
+                f"on {self.key.gpu_product} with vLLM {self.key.vllm_version}")
+
+
+@dataclass(frozen=True)
+class NotCalibrated:
+    key: CalibrationKey
+    reason: str
+
+
+def _weight(sample: Sample, now: datetime) -> float:
+    age = max((now - sample.time).total_seconds(), 0.0)
+    return float(0.5 ** (age / HALF_LIFE.total_seconds()))
+
+
+def _current(samples: tuple[Sample, ...], now: datetime) -> list[Sample]:
+    return [s for s in samples if now - s.time <= MAX_AGE and s.time <= now + CLOCK_SKEW]
+
+
+def _inliers(samples: list[Sample]) -> list[Sample]:
+    ratios = [s.ratio for s in samples]
+    median = statistics.median(ratios)
+    spread = max(3 * 1.4826 * statistics.median(abs(r - median) for r in ratios), DISAGREEMENT)
+    return [s for s in samples if abs(s.ratio - median) <= spread]
+
+
+def calibration_for(store: CalibrationStore, key: CalibrationKey, now: datetime) -> KVCalibration | NotCalibrated:
+    samples = _current(store.entries.get(key, ()), now)
+    if not samples:
+        covered = sorted({k.vllm_version for k, v in store.entries.items()
+                          if (k.gpu_product, k.family) == (key.gpu_product, key.family) and _current(v, now)})
+        if covered and key.vllm_version not in covered:
+            return NotCalibrated(key, f"not calibrated: no deployment measured {key}; the calibration covers "
+                                      f"vLLM {', '.join(covered)} only")
+        return NotCalibrated(key, f"not calibrated: no recent deployment measured {key}")
+    if len(samples) == 2 and abs(samples[0].ratio - samples[1].ratio) > DISAGREEMENT:
+        return NotCalibrated(key, f"not calibrated: the 2 deployments measured on {key} disagree "
+                                  f"(KV ratios {samples[0].ratio:.3f} and {samples[1].ratio:.3f})")
+    used = _inliers(samples) if len(samples) >= 3 else samples
+    weights = [_weight(s, now) for s in used]
+    mean = sum(w * s.ratio for w, s in zip(weights, used, strict=True)) / sum(weights)
+    freshness = max(weights)  # an old calibration fades out
+    return KVCalibration(key, 1 + (mean - 1) * freshness, len(used))
+
+
+def record(store: CalibrationStore, key: CalibrationKey, sample: Sample, now: datetime) -> CalibrationStore:
+    """A new store with ``sample`` (replacing the deployment's earlier one); aged samples dropped. A sample
+    outside :data:`RATIO_BOUNDS` (a broken measurement) leaves the store as it is."""
+    if not _valid_ratio(sample.ratio):
+        return store
+    kept = [s for s in _current(store.entries.get(key, ()), now) if s.deployment != sample.deployment]
+    samples = tuple(sorted([*kept, sample], key=lambda s: s.time)[-MAX_SAMPLES:])
+    return CalibrationStore({**store.entries, key: samples})
+
+
+def _valid_ratio(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and RATIO_BOUNDS[0] <= value <= RATIO_BOUNDS[1])
+
+
+def _text(entry: Mapping[str, Any], name: str) -> str:
+    value = entry.get(name)
+    if not isinstance(value, str) or not value.strip() or len(value) > _NAME_MAX:
+        raise ValueError(f"{name} must be a non-empty string of at most {_NAME_MAX} characters, got {value!r:.80}")
+    return value
+
+
+def _sample(raw: object, now: datetime) -> Sample:
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"a sample must be an object, got {raw!r:.80}")
+    ratio = raw.get("ratio")
+    if not _valid_ratio(ratio):
+        raise ValueError(f"ratio must be a number in [{RATIO_BOUNDS[0]}, {RATIO_BOUNDS[1]}], got {ratio!r:.40}")
+    assert isinstance(ratio, int | float)
+    stamp = _text(raw, "time")
+    try:
+        time = datetime.fromisoformat(stamp)
+    except ValueError:
+        raise ValueError(f"time must be an RFC 3339 time, got {stamp!r:.40}") from None
+    if time.tzinfo is None:
+        raise ValueError(f"time must name its time zone, got {stamp!r:.40}")
+    if time > now + CLOCK_SKEW:
+        raise ValueError(f"time {stamp} is in the future")
+    return Sample(float(ratio), time, _text(raw, "deployment"))
+
+
+def parse_store(data: object, now: datetime) -> tuple[CalibrationStore, tuple[str, ...]]:
+    """The store from its JSON form, and one message per entry or sample dropped for being malformed.
+
+    ``{"version": 1, "entries": [{"gpuProduct": ..., "vllmVersion": ..., "family": ..., "samples":
+    [{"ratio": 0.98, "time": "2026-12-01T10:00:00+00:00", "deployment": "ns/name"}]}]}``
+    """
+    if not isinstance(data, Mapping):
+        raise CalibrationError("the calibration must be a JSON object with \"version\" and \"entries\"")
+    if data.get("version") != STORE_VERSION:
+        raise CalibrationError(f"calibration format version {data.get('version')!r} is not {STORE_VERSION}")
+    raw_entries = data.get("entries", [])
+    if not isinstance(raw_entries, list):
+        raise CalibrationError("calibration \"entries\" must be a list")
+    entries: dict[CalibrationKey, tuple[Sample, ...]] = {}
+    problems: list[str] = []
+    for i, raw in enumerate(raw_entries):
+        try:
+            if not isinstance(raw, Mapping):
+                raise ValueError(f"must be an object, got {raw!r:.80}")
+            version = str(VLLMVersion.parse(_text(raw, "vllmVersion")))
+            key = CalibrationKey(_text(raw, "gpuProduct"), version, _text(raw, "family"))
+            raw_samples = raw.get("samples")
+            if not isinstance(raw_samples, list):
+                raise ValueError("samples must be a list")
+        except (ValueError, VersionError) as exc:
+            problems.append(f"calibration entry {i} dropped: {exc}")
+            continue
+        samples: dict[str, Sample] = {s.deployment: s for s in entries.get(key, ())}
+        for j, raw_sample in enumerate(raw_samples):
+            try:
+                sample = _sample(raw_sample, now)
+            except ValueError as exc:
+                problems.append(f"calibration entry {i} ({key}) sample {j} dropped: {exc}")
+                continue
+            if sample.deployment not in samples or samples[sample.deployment].time < sample.time:
+                samples[sample.deployment] = sample  # one sample per deployment: the newest
+        entries[key] = tuple(sorted(samples.values(), key=lambda s: s.time)[-MAX_SAMPLES:])
+    return CalibrationStore(entries), tuple(problems)
+
+
+def store_to_json(store: CalibrationStore) -> dict[str, Any]:
+    return {"version": STORE_VERSION, "entries": [
+        {"gpuProduct": k.gpu_product, "vllmVersion": k.vllm_version, "family": k.family,
+         "samples": [{"ratio": round(s.ratio, 6), "time": s.time.isoformat(), "deployment": s.deployment}
+                     for s in samples]}
+        for k, samples in sorted(store.entries.items())]}

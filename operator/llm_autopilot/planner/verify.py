@@ -1,0 +1,210 @@
+"""A plan against what the running vLLM says about its KV cache. Pure: the shell hands in the
+``cache_config_info`` sample's labels (Prometheus) or the start-up log (``pods/log``), and the time.
+
+What vLLM prints is in vllm/startup.py. The comparison is in KV memory, in percent of one GPU's memory, because
+that is the unit the plan's budget and headroom are in: a token count alone hides the bytes per token.
+
+Tolerance (:data:`TOLERANCE_PERCENT`): 2 % of GPU memory either way. Every plan keeps at least
+``BUDGET_HEADROOM`` (2 % of the budget, planner/plan.py) of KV memory unused for its own error, so a real room
+smaller than predicted by more than that may not hold the plan's requests; a larger room is wasted memory the
+plan could have given to a longer context or more requests. ``PlanVerified`` is False past it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from llm_autopilot.domain.precision import GIB
+from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.planner.kv_cache import kv_block_bytes
+from llm_autopilot.planner.memory import MemoryEstimate
+from llm_autopilot.vllm import startup
+from llm_autopilot.vllm.metrics import CACHE_CONFIG_INFO
+
+#: |measured - predicted| KV memory, in percent of one GPU's memory, beyond which a plan is not verified
+TOLERANCE_PERCENT = 2.0
+#: the condition verification sets
+PLAN_VERIFIED = "PlanVerified"
+
+
+class ObservationError(ValueError):
+    """What vLLM gave cannot be read (no KV line, a label that is not a number...); the message says which."""
+
+
+class Source(StrEnum):
+    METRICS = "metrics"  # the ``cache_config_info`` sample (Prometheus)
+    LOG = "log"  # the start-up log lines (pods/log)
+
+
+@dataclass(frozen=True)
+class Observed:
+    """vLLM's own KV-cache figures for one engine (None: that release or source does not give it)."""
+
+    source: Source
+    kv_cache_tokens: int | None = None
+    num_blocks: int | None = None
+    block_size: int | None = None
+    #: "Available KV cache memory" (to 0.01 GiB) or a ``--kv-cache-memory-bytes`` room
+    kv_cache_bytes: int | None = None
+    gpu_memory_utilization: float | None = None
+    cache_dtype: str | None = None
+
+
+def _label_int(labels: Mapping[str, str], name: str, *, minimum: int) -> int | None:
+    value = labels.get(name)
+    if value is None or value in (startup.UNSET, ""):
+        return None
+    if not isinstance(value, str) or not value.isdigit() or len(value) > 18:
+        raise ObservationError(f"{CACHE_CONFIG_INFO} label {name}={value!r} is not a whole number")
+    number = int(value)
+    if number < minimum:
+        raise ObservationError(f"{CACHE_CONFIG_INFO} label {name}={value!r} is below {minimum}")
+    return number
+
+
+def _label_fraction(labels: Mapping[str, str], name: str) -> float | None:
+    value = labels.get(name)
+    if value is None or value in (startup.UNSET, ""):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ObservationError(f"{CACHE_CONFIG_INFO} label {name}={value!r} is not a number") from None
+    if not math.isfinite(number) or not 0 < number <= 1:
+        raise ObservationError(f"{CACHE_CONFIG_INFO} label {name}={value!r} is not in (0, 1]")
+    return number
+
+
+def observed_from_cache_config_info(labels: Mapping[str, str]) -> Observed:
+    """The figures of one ``cache_config_info`` sample; at least the block count must be there."""
+    blocks = _label_int(labels, startup.LABEL_NUM_BLOCKS, minimum=1)
+    if blocks is None:
+        raise ObservationError(f"{CACHE_CONFIG_INFO} has no num_gpu_blocks: the engine has not sized its "
+                               "KV cache yet")
+    dtype = labels.get(startup.LABEL_CACHE_DTYPE)
+    return Observed(
+        source=Source.METRICS,
+        kv_cache_tokens=_label_int(labels, startup.LABEL_KV_CACHE_TOKENS, minimum=0),
+        num_blocks=blocks,
+        block_size=_label_int(labels, startup.LABEL_BLOCK_SIZE, minimum=1),
+        kv_cache_bytes=_label_int(labels, startup.LABEL_KV_CACHE_MEMORY_BYTES, minimum=1),
+        gpu_memory_utilization=_label_fraction(labels, startup.LABEL_GPU_MEMORY_UTILIZATION),
+        cache_dtype=dtype if isinstance(dtype, str) and dtype not in ("", startup.UNSET) else None,
+    )
+
+
+def _number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def observed_from_log(text: str) -> Observed:
+    """The figures of a start-up log: the last "KV cache size" (and blocks) line, and the smallest
+    "Available KV cache memory" over the workers (vLLM sizes every worker's pool by the smallest)."""
+    tokens = blocks = block_size = None
+    for match in startup.KV_CACHE_SIZE.finditer(text):
+        tokens = _number(match["tokens"])
+        if match["blocks"]:
+            blocks, block_size = _number(match["blocks"]), int(match["block_size"])
+    if blocks is None:
+        for match in startup.V0_BLOCKS.finditer(text):
+            blocks = int(match["blocks"])
+    rooms = [round(float(m["gib"]) * GIB) for m in startup.AVAILABLE_KV_MEMORY.finditer(text)]
+    if tokens is None and blocks is None and not rooms:
+        raise ObservationError("the log has no KV-cache line (\"KV cache size: N tokens\", \"# GPU blocks\" or "
+                               "\"Available KV cache memory\"): vLLM has not finished starting")
+    if (blocks is not None and blocks < 1) or (block_size is not None and block_size < 1):
+        raise ObservationError(f"the log gives {blocks} blocks of {block_size} tokens")
+    return Observed(source=Source.LOG, kv_cache_tokens=tokens, num_blocks=blocks, block_size=block_size,
+                    kv_cache_bytes=min(rooms) if rooms else None)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the plan expects vLLM to report, on the busiest GPU."""
+
+    kv_cache_tokens: int
+    num_blocks: int
+    block_size: int
+    kv_cache_bytes: float
+    #: bytes of one block: a page of every layer of one KV-cache group
+    block_bytes: int
+    gpu_total_bytes: float
+
+
+def predict(config: ServingConfig, estimate: MemoryEstimate) -> Prediction:
+    block_bytes = kv_block_bytes(config.model, config.tensor_parallel_size, config.pipeline_parallel_size,
+                                 config.kv_cache_dtype, config.block_size)
+    blocks = int(max(estimate.kv_cache_bytes, 0) // block_bytes) if block_bytes else 0
+    return Prediction(kv_cache_tokens=estimate.kv_cache_tokens, num_blocks=blocks, block_size=config.block_size,
+                      kv_cache_bytes=max(estimate.kv_cache_bytes, 0.0), block_bytes=block_bytes,
+                      gpu_total_bytes=estimate.total_bytes)
+
+
+@dataclass(frozen=True)
+class Verification:
+    """A plan's KV cache against vLLM's: ``error_percent`` is (actual - predicted) KV memory in percent of one
+    GPU's memory (positive: vLLM has more room than planned)."""
+
+    predicted_tokens: int
+    actual_tokens: int | None
+    predicted_blocks: int
+    actual_blocks: int | None
+    predicted_kv_bytes: float
+    actual_kv_bytes: float
+    error_percent: float
+    source: Source
+    vllm_version: str
+    time: datetime
+    tolerance_percent: float = TOLERANCE_PERCENT
+
+    @property
+    def verified(self) -> bool:
+        return abs(self.error_percent) <= self.tolerance_percent
+
+    @property
+    def ratio(self) -> float:
+        """Measured / predicted KV memory: what calibration keeps (planner/calibration.py)."""
+        return self.actual_kv_bytes / self.predicted_kv_bytes if self.predicted_kv_bytes > 0 else math.nan
+
+    def condition(self) -> tuple[bool, str, str]:
+        """``PlanVerified`` (status, reason, message), with both numbers."""
+        if self.actual_tokens is not None:
+            tokens = f"{self.actual_tokens:,} tokens of KV cache "
+        elif self.actual_blocks is not None:
+            tokens = f"{self.actual_blocks:,} blocks of KV cache "
+        else:
+            tokens = "a KV cache "
+        message = (f"vLLM {self.vllm_version} reports {tokens}({self.actual_kv_bytes / GIB:.2f} GiB, "
+                   f"from its {self.source}); the plan predicted {self.predicted_tokens:,} tokens "
+                   f"({self.predicted_kv_bytes / GIB:.2f} GiB): {self.error_percent:+.2f} % of GPU memory, "
+                   f"tolerance ±{self.tolerance_percent:g} %")
+        if self.verified:
+            return True, "WithinTolerance", message
+        return False, "OutsideTolerance", message
+
+
+def verify(prediction: Prediction, observed: Observed, *, vllm_version: str, now: datetime,
+           tolerance_percent: float = TOLERANCE_PERCENT) -> Verification:
+    """Compare; the KV memory vLLM has is, in order of precision: its blocks x the plan's block bytes (scaled to
+    vLLM's block size), its "Available KV cache memory", its tokens at the plan's bytes per token."""
+    if prediction.gpu_total_bytes <= 0 or prediction.block_bytes <= 0:
+        raise ObservationError("the plan has no KV cache to verify")
+    if observed.num_blocks is not None:
+        block_size = observed.block_size or prediction.block_size
+        actual = observed.num_blocks * prediction.block_bytes * block_size / prediction.block_size
+    elif observed.kv_cache_bytes is not None:
+        actual = float(observed.kv_cache_bytes)
+    elif observed.kv_cache_tokens is not None and prediction.kv_cache_tokens > 0:
+        actual = observed.kv_cache_tokens * prediction.kv_cache_bytes / prediction.kv_cache_tokens
+    else:
+        raise ObservationError("vLLM's figures give neither blocks, bytes nor tokens of KV cache")
+    error = (actual - prediction.kv_cache_bytes) / prediction.gpu_total_bytes * 100
+    return Verification(
+        predicted_tokens=prediction.kv_cache_tokens, actual_tokens=observed.kv_cache_tokens,
+        predicted_blocks=prediction.num_blocks, actual_blocks=observed.num_blocks,
+        predicted_kv_bytes=prediction.kv_cache_bytes, actual_kv_bytes=actual, error_percent=error,
+        source=observed.source, vllm_version=vllm_version, time=now, tolerance_percent=tolerance_percent)
