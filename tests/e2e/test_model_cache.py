@@ -326,10 +326,16 @@ def test_a_kv_capacity_step_on_the_cached_model_downloads_nothing(cached: Cached
 # --- (c) a saturation step on a serving deployment with a free node: a surge, and the clients keep answers ----
 
 
+#: the client loop's pause between answers
+PACE_SECONDS = 1.0
+
+
 @dataclass
 class ClientLoop:
-    """One client sending short completions one after another to a Ready pod (as a Service's endpoints would
-    route: pods that are Ready and not terminating), counting answers and failures."""
+    """One client sending a short completion about once a second to a Ready pod (as a Service's endpoints would
+    route: pods that are Ready and not terminating), counting answers and failures. Once a second, not back to
+    back: on two cores a vLLM answering without pause starves the surged pod's start past its startup probe
+    (measured: killed at 600 s and restarted), which is this machine's limit, not the rollout's."""
 
     cached: Cached
     name: str
@@ -359,6 +365,7 @@ class ClientLoop:
                 assert answer["usage"]["completion_tokens"] == 8
                 self.ok += 1
                 self.by_pod[pod["metadata"]["name"]] = self.by_pod.get(pod["metadata"]["name"], 0) + 1
+                self._stop.wait(PACE_SECONDS)  # a client's pace, not a wait for a condition
             except (OSError, urllib.error.URLError, AssertionError, KeyError, ValueError) as exc:
                 self.failed += 1
                 self.errors.append(f"{time.strftime('%H:%M:%S')} {pod['metadata']['name']}: {exc!r}"[:300])
