@@ -175,9 +175,11 @@ def test_delete_during_a_resync_is_not_held_by_it(kubectl: Kubectl, namespace: s
                         LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS="60")
     try:
         kubectl("apply", "-n", namespace, "-f", "-", input=manifest("slow", model=model))
-        # Kopf never runs a change handler twice at once for one object: two requests in flight means that
-        # the create handler and a resync are both waiting on the Hub
-        wait_for("a resync in flight", lambda: hub.count(model)[1] >= 2, timeout=60, interval=0.2)
+        # the operator runs one reconcile of an object at a time (controller/handlers.py::object_lock): a second
+        # request in flight after the first has ended is the reconcile that waited for it (a resync, or the
+        # create handler's retry), on the Hub when the delete comes
+        wait_for("a second reconcile in flight",
+                 lambda: hub.count(model)[0] >= 2 and hub.count(model)[1] >= 1, timeout=90, interval=0.2)
         assert finalizers(kubectl, namespace, "slow") == []
 
         assert timed_delete(kubectl, namespace, "slow") < PROMPT_SECONDS

@@ -196,8 +196,8 @@ def _cluster(watched: Watched | None) -> Any:
 
 
 # ---- reconciles ----------------------------------------------------------------------------------------------
-# Kopf runs one handler at a time per object; the Deployment watch's reconcile (below) takes the same lock, so no
-# two reconciles of one object overlap in this process.
+# Kopf runs a change handler and a timer of one object at the same time; they and the Deployment watch's reconcile
+# (below) all take this lock, so no two reconciles of one object overlap in this process.
 _LOCKS: dict[str, threading.Lock] = {}
 _LOCKS_GUARD = threading.Lock()
 
