@@ -198,16 +198,27 @@ def _cluster(watched: Watched | None) -> Any:
 # ---- reconciles ----------------------------------------------------------------------------------------------
 # Kopf runs a change handler and a timer of one object at the same time; they and the Deployment watch's reconcile
 # (below) all take this lock, so no two reconciles of one object overlap in this process.
-_LOCKS: dict[str, threading.Lock] = {}
+#: uid -> (its lock, how many reconciles hold or wait for it); an entry goes with its last user, so the table
+#: holds only the objects being reconciled, not every uid ever seen
+_LOCKS: dict[str, tuple[threading.Lock, int]] = {}
 _LOCKS_GUARD = threading.Lock()
 
 
 @contextmanager
 def object_lock(uid: str) -> Iterator[None]:
     with _LOCKS_GUARD:
-        lock = _LOCKS.setdefault(uid, threading.Lock())
-    with lock:
-        yield
+        lock, users = _LOCKS.get(uid, (threading.Lock(), 0))
+        _LOCKS[uid] = (lock, users + 1)
+    try:
+        with lock:
+            yield
+    finally:
+        with _LOCKS_GUARD:
+            lock, users = _LOCKS[uid]
+            if users == 1:
+                del _LOCKS[uid]
+            else:
+                _LOCKS[uid] = (lock, users - 1)
 
 
 def _report(out: Outcome, body: kopf.Body, patch: kopf.Patch) -> None:
