@@ -22,6 +22,7 @@ from llm_autopilot.api.inspection import (
     encode,
 )
 from llm_autopilot.catalog.hf_config import ModelConfigError, parse_hf_config, planner_view
+from llm_autopilot.hub.client import _with_modelopt  # the one rule for ModelOpt's hf_quant_config.json
 
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
@@ -52,16 +53,6 @@ def _json(path: Path) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InspectError(f"{path} is not a JSON object")
     return value
-
-
-def _with_modelopt(config: dict[str, Any], modelopt: dict[str, Any] | None) -> dict[str, Any]:
-    """NVIDIA ModelOpt checkpoints describe their quantization in hf_quant_config.json (hub/client.py's rule)."""
-    if modelopt and "quantization_config" not in config:
-        quant = modelopt.get("quantization", modelopt)
-        algo = quant.get("quant_algo") if isinstance(quant, dict) else None
-        if algo:
-            return {**config, "quantization_config": {"quant_method": "modelopt", "quant_algo": algo}}
-    return config
 
 
 def inspect_folder(folder: Path) -> InspectionReport:
