@@ -12,11 +12,13 @@ import kopf
 import pytest
 import urllib3
 from kopf._core.actions import invocation
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
 from llm_autopilot.api import PLURAL
 from llm_autopilot.controller import handlers
 from llm_autopilot.controller.gather import Gatherer
+from llm_autopilot.controller.reconcile import Outcome
 from tests.unit.fakes import NAME, NAMESPACE, FakeCluster
 
 
@@ -168,3 +170,51 @@ def test_an_unreachable_api_server_is_one_calm_line_per_outage(caplog: pytest.Lo
 class _Broken(FakeCluster):
     def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         raise ValueError("a bug")
+
+
+def _errors() -> float:
+    return REGISTRY.get_sample_value("llm_autopilot_reconciles_total", {"result": "error"}) or 0.0
+
+
+@pytest.mark.parametrize(("name", "run", "expect"), [
+    ("an answer is the outcome", lambda: Outcome(writes=2), "outcome"),
+    ("a refused connection is an outage", lambda: (_ for _ in ()).throw(urllib3.exceptions.MaxRetryError(
+        None, "/apis", "refused")), "outage"),
+    ("a 503 is an outage", lambda: (_ for _ in ()).throw(ApiException(status=503)), "outage"),
+    ("a 403 is raised", lambda: (_ for _ in ()).throw(ApiException(status=403)), "raised"),
+    ("a bug is raised", lambda: (_ for _ in ()).throw(ValueError("a bug")), "raised"),
+])
+def test_attempt_returns_the_outcome_or_none_in_an_outage(name: str, run: Any, expect: str,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    outage = handlers.Outage()
+    errors = _errors()
+    with caplog.at_level(logging.WARNING):
+        if expect == "raised":
+            with pytest.raises(Exception) as raised:
+                handlers.attempt(run, outage=outage)
+            assert not handlers.api_unreachable(raised.value), name
+        else:
+            out = handlers.attempt(run, outage=outage)
+            assert (out is None) == (expect == "outage"), name
+    assert _errors() == errors + (0 if expect == "outcome" else 1), name
+    said = [r.getMessage() for r in caplog.records if "API server" in r.getMessage()]
+    assert len(said) == (1 if expect == "outage" else 0) and all("unreachable" in m for m in said), name
+
+
+def test_attempt_ends_an_outage_only_on_a_full_pass_that_may_end_it(caplog: pytest.LogCaptureFixture) -> None:
+    outage = handlers.Outage()
+    down = urllib3.exceptions.MaxRetryError(None, "/apis", "refused")
+
+    def fail() -> Outcome:
+        raise down
+
+    with caplog.at_level(logging.WARNING):
+        assert handlers.attempt(fail, outage=outage) is None
+        assert handlers.attempt(fail, outage=outage) is None  # said once per outage
+        assert handlers.attempt(lambda: Outcome(full=False), outage=outage) is not None  # quiet: asked nothing
+        assert handlers.attempt(Outcome, outage=outage, reached=False) is not None
+        assert not any("again" in r.getMessage() for r in caplog.records)
+        assert handlers.attempt(Outcome, outage=outage) is not None
+    said = [r.getMessage() for r in caplog.records if "API server" in r.getMessage()]
+    assert len(said) == 2 and "unreachable" in said[0] and said[1].startswith(
+        "the Kubernetes API server is reachable again")

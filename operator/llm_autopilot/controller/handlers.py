@@ -16,7 +16,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -276,23 +276,37 @@ class Outage:
 OUTAGE = Outage()
 
 
-def _reconcile(body: kopf.Body, patch: kopf.Patch, watched: Watched | None, what: str) -> None:
-    meta = body.get("metadata", {})
+def attempt(run: Callable[[], Outcome], *, outage: Outage | None = None, reached: bool = True) -> Outcome | None:
+    """Run one reconcile; None when the API server could not be reached (said once per outage: the resync
+    retries, and a change handler's spec is reconciled by it too). Any other failure is counted and raised.
+    ``reached``: a full pass that got an answer ends the outage (a quiet resync asked nothing)."""
+    watch = outage if outage is not None else OUTAGE
     try:
-        with object_lock(str(meta.get("uid"))):
-            out = reconciling.reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
-                                        generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
-                                        status=dict(body.get("status") or {}), kube=_cluster(watched),
-                                        settings=SETTINGS, gatherer=gatherer(),
-                                        resource_version=meta.get("resourceVersion"))
+        out = run()
     except Exception as exc:
         telemetry.RECONCILES.labels("error").inc()
-        if api_unreachable(exc):  # the resync retries (a change handler's spec is reconciled by it too)
-            OUTAGE.failed(exc)
-            return
+        if api_unreachable(exc):
+            watch.failed(exc)
+            return None
         raise
-    OUTAGE.reached()
-    _finish(out, body, patch, what)
+    if reached and out.full:
+        watch.reached()
+    return out
+
+
+def _reconcile(body: kopf.Body, patch: kopf.Patch, watched: Watched | None, what: str) -> None:
+    meta = body.get("metadata", {})
+
+    def run() -> Outcome:
+        with object_lock(str(meta.get("uid"))):
+            return reconciling.reconcile(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"],
+                                         generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
+                                         status=dict(body.get("status") or {}), kube=_cluster(watched),
+                                         settings=SETTINGS, gatherer=gatherer(),
+                                         resource_version=meta.get("resourceVersion"))
+
+    if (out := attempt(run)) is not None:
+        _finish(out, body, patch, what)
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile-on-create")
@@ -342,22 +356,18 @@ def resync(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
         _reconcile(body, patch, None, "resync")
         return
     pods = watched.pods_of(namespace, name)
-    try:
+
+    def run() -> Outcome:
         with object_lock(str(meta["uid"])):
-            out = reconciling.resync(
+            return reconciling.resync(
                 name=name, namespace=namespace, uid=meta["uid"], generation=meta.get("generation"),
                 resource_version=meta.get("resourceVersion"), spec_body=dict(body.get("spec") or {}),
                 status=dict(body.get("status") or {}), observed=watched.digest_of(namespace, name),
                 current_pods=functools.partial(current_pods, pods), kube=WatchedCluster(kube(), watched),
                 settings=SETTINGS, gatherer=gatherer(), memory=QUIET)
-    except Exception as exc:
-        telemetry.RECONCILES.labels("error").inc()
-        if api_unreachable(exc):
-            OUTAGE.failed(exc)
-            return
-        raise
-    if out.full:
-        OUTAGE.reached()
+
+    if (out := attempt(run)) is None:
+        return
     telemetry.RESYNCS.labels("full" if out.full else "quiet").inc()
     _finish(out, body, patch, "resync")
 
@@ -400,14 +410,9 @@ def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
         meta = parent.get("metadata") or {}
         if (parent.get("status") or {}).get("observedGeneration") != meta.get("generation"):
             return  # this generation's first reconcile has not reported yet: it reads the Deployment itself
-        try:
-            out = _reconcile_parent(parent, namespace, watched)
-        except Exception as exc:
-            telemetry.RECONCILES.labels("error").inc()
-            if api_unreachable(exc):
-                OUTAGE.failed(exc)
-                return
-            raise
+        if (out := attempt(functools.partial(_reconcile_parent, parent, namespace, watched),
+                           reached=False)) is None:
+            return
         telemetry.RECONCILES.labels("retry" if out.retry else "ok").inc()
         telemetry.WRITES.inc(out.writes)
         if out.status:
