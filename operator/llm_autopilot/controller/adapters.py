@@ -1,8 +1,9 @@
 """Shell: read the LoRA adapters' ``adapter_config.json`` from the Hub, for api/lora.py to judge (no decision here).
 
 Admission reads them with a short timeout and admits, with a warning, what it could not read (the reconciler
-reads again); the reconciler reads them on every pass (the Hub client's cache answers an unchanged file with
-one HEAD request) and stops, Planned=False, on an adapter it cannot read, as it does for the model.
+reads again); the reconciler reads them on every pass in read_world (gather.py; the Hub client's cache answers
+an unchanged file with one HEAD request) and desired() stops, Planned=False, on an adapter it cannot read, as
+it does for the model.
 """
 
 from __future__ import annotations
@@ -10,24 +11,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
 
-from llm_autopilot.api.lora import AdapterConfig, lora_refusal, parse_adapter_config
+from llm_autopilot.api.lora import lora_refusal, parse_adapter_config
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.desired.intent import AdapterRefusal, adapter_refusal
+from llm_autopilot.desired.world import AdapterReading
 from llm_autopilot.hub.client import HubClient, ModelFetchError, fetch_adapter_config
 
 #: the Hub token (read only when there are adapters; may raise with what to do)
 TokenSource = Callable[[], str | None]
 
 
-@dataclass(frozen=True)
-class AdapterReading:
-    #: the adapters' configs read, by adapter name
-    configs: dict[str, AdapterConfig] = field(default_factory=dict)
-    #: adapters that could not be read (the Hub's answer), each a sentence with what to do
-    errors: list[str] = field(default_factory=list)
-    #: adapters read without an adapter_config.json: nothing to check
-    notes: list[str] = field(default_factory=list)
+#: Refusal is desired/intent.py's AdapterRefusal
+Refusal = AdapterRefusal
+__all__ = ["AdapterReading", "Refusal", "TokenSource", "admission_check", "read_adapter_configs", "reconcile_refusal"]
 
 
 def read_adapter_configs(spec: LLMDeploymentSpec, token: TokenSource, *, timeout: float,
@@ -54,22 +51,9 @@ def read_adapter_configs(spec: LLMDeploymentSpec, token: TokenSource, *, timeout
     return reading
 
 
-@dataclass(frozen=True)
-class Refusal:
-    reason: str
-    message: str
-    retry: bool
-
-
-def reconcile_refusal(spec: LLMDeploymentSpec, token: TokenSource, *, timeout: float) -> Refusal | None:
-    """Why the reconciler must not deploy the adapters (None: it may): an unreadable adapter (retried), or one
-    api/lora.py refuses (the same message admission gives)."""
-    reading = read_adapter_configs(spec, token, timeout=timeout)
-    if (refused := lora_refusal(spec, reading.configs)) is not None:
-        return Refusal("LoRAAdapterRefused", refused, retry=False)
-    if reading.errors:
-        return Refusal("LoRAAdapterUnresolved", "; ".join(reading.errors), retry=True)
-    return None
+def reconcile_refusal(spec: LLMDeploymentSpec, token: TokenSource, *, timeout: float) -> AdapterRefusal | None:
+    """Why the reconciler must not deploy the adapters (None: it may): read, then desired's adapter_refusal."""
+    return adapter_refusal(spec, read_adapter_configs(spec, token, timeout=timeout))
 
 
 #: the webhook's reads run here, so that a Hub that does not answer (huggingface_hub retries a failed request for

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
 from llm_autopilot.controller.kube import LogUnavailable
+from llm_autopilot.desired.intent import cache_condition
 from llm_autopilot.render import cache
 from llm_autopilot.render.kubernetes import with_hash
 
@@ -78,17 +79,8 @@ def observe(kube: CacheCluster, inputs: cache.CacheInputs,
 
 
 def condition(status: CacheStatus) -> tuple[bool, str, str]:
-    """ModelCached: (status, reason, message)."""
-    if status.state == "Complete":
-        return True, "Cached", f"{status.total_bytes or status.bytes} bytes in PVC {status.claim_name}"
-    if status.state == "Failed":
-        return False, "CacheFailed", status.message or f"the download into PVC {status.claim_name} failed"
-    retrying = f"; {status.message}" if status.message else ""
-    if status.state == "Downloading":
-        shown = f"{status.percent}%" if status.percent is not None else f"{status.bytes} bytes"
-        return False, "Downloading", (f"{shown} into PVC {status.claim_name}; no vLLM pod starts before it "
-                                      f"completes{retrying}")
-    return False, "Pending", f"waiting for the download Job of PVC {status.claim_name} to start{retrying}"
+    """ModelCached: (status, reason, message); desired/intent.py's cache_condition."""
+    return cache_condition(status)
 
 
 def enabled(spec: LLMDeploymentSpec) -> bool:

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.controller.adapters import read_adapter_configs
 from llm_autopilot.controller.kube import LogUnavailable, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import (
     MetricsSource,
@@ -30,7 +30,7 @@ from llm_autopilot.controller.metrics import (
 )
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.controller.sources import resolve_spec_model
-from llm_autopilot.desired.world import GPUNode, World
+from llm_autopilot.desired.world import AdapterReading, GPUNode, Target, World
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError
@@ -66,20 +66,8 @@ class PodSource(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class Target:
-    """What to gather evidence about: one LLMDeployment's current plan."""
-
-    namespace: str
-    name: str
-    plan_hash: str
-    replicas: int
-    #: the live Deployment (None before it exists), for the rollout
-    deployment: dict[str, Any] | None
-    #: the evidence remediation already acted on (its log is not read again)
-    last_evidence: str | None
-    kv_threshold: float
-    kv_window: int
+__all__ = ["Gatherer", "PodSource", "SecretUnreadable", "Target", "WorldSource", "crd_installed", "hub_token",
+           "read_adapters", "read_live", "read_model", "read_nodes", "read_world", "secret"]
 
 
 class Gatherer:
@@ -225,12 +213,20 @@ def crd_installed(kube: WorldSource, name: str) -> bool:
     return kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name, "") is not None
 
 
+def read_adapters(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource,
+                  settings: OperatorSettings) -> AdapterReading:
+    """The LoRA adapters' adapter_config.json files (on every pass: the Hub client's cache answers an unchanged
+    file with one HEAD request); nothing to read without adapters."""
+    return read_adapter_configs(spec, lambda: hub_token(spec, namespace, kube), timeout=settings.hub_timeout_seconds)
+
+
 def read_world(spec: LLMDeploymentSpec, name: str, namespace: str, kube: WorldSource,
                settings: OperatorSettings, volume: ModelFiles | None = None) -> World:
     """Everything one reconcile of namespace/name decides on, read once before deciding: the model first (its
     failure is the reconcile's answer), then the GPU nodes, the CRDs (KEDA's only when spec.autoscaling asks for
-    it) and the live shapes."""
+    it), the live shapes and the LoRA adapters' configs."""
     model, nodes = read_model(spec, namespace, kube, settings, volume), read_nodes(kube)
     asked = (groups.LWS_CRD, *((KEDA_CRD,) if spec.autoscaling is not None else ()))
     crds = frozenset(c for c in asked if crd_installed(kube, c))
-    return World(model, nodes, crds, read_live(kube, name, namespace, groups.LWS_CRD in crds))
+    return World(model, nodes, crds, read_live(kube, name, namespace, groups.LWS_CRD in crds),
+                 adapters=read_adapters(spec, namespace, kube, settings))

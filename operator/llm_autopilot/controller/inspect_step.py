@@ -19,15 +19,19 @@ from pydantic import ValidationError
 from llm_autopilot.api.inspection import InspectionFailure, ReportError, parse_report
 from llm_autopilot.api.sources import PVCSource
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, SourceStatus
+from llm_autopilot.desired.intent import INSPECTING
 from llm_autopilot.hub.client import ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_offline
 from llm_autopilot.render import inspect
 from llm_autopilot.render.kubernetes import Owner, with_hash
 
-INSPECTING, NOT_FOUND, UNREADABLE = "InspectingSource", "SourceNotFound", "SourceUnreadable"
+NOT_FOUND, UNREADABLE = "SourceNotFound", "SourceUnreadable"
 #: seconds between reconciles: while the Job runs, and after a failure (a claim may be created, a Job expires)
 POLL_SECONDS = 3.0
 RETRY_SECONDS = 30.0
+
+
+__all__ = ["INSPECTING", "NOT_FOUND", "UNREADABLE", "Inspection", "needed", "observe", "observe_spec"]
 
 
 class InspectCluster(Protocol):

@@ -1,15 +1,18 @@
-"""One reconcile of an LLMDeployment: resolve, find GPUs, plan, render, gather evidence, decide, apply, report.
+"""One reconcile of an LLMDeployment: gather the World, let ``desired()`` decide, apply its Intent, report.
 
-Decisions are the pure modules' (planner, renderer, remediation's decision, conditions); this module
-sequences the I/O and turns failures into conditions. It never writes the spec, writes nothing when nothing
-changed, and writes every child object or none (each write is tried as a server-side dry run first). A resync
-enters through ``resync``, which first asks whether anything the reconcile reads has changed (quiet.py).
+The decisions are desired/intent.py's (pure: the planner, the renderer, remediation's decision, the
+conditions); this module only reads and writes: read_world (gather.py) and what the Intent asks for (the model
+cache's state, the workload, remediation's evidence), then the objects, all or none (each write is tried as a
+server-side dry run first), with a remediation step recorded in the status before the objects that carry it.
+It never writes the spec and writes nothing when nothing changed. A resync enters through ``resync``, which
+first asks whether anything the reconcile reads has changed (quiet.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,59 +21,68 @@ from typing import Any, Protocol
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from llm_autopilot.api import convert
-from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
-from llm_autopilot.api.errors import validation_message
-from llm_autopilot.api.lora import pinned_adapters
-from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
-from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
-from llm_autopilot.controller import adapters, cache_step, inspect_step, telemetry
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.catalog.gpus import UnknownGPUError
+from llm_autopilot.controller import cache_step, inspect_step, telemetry
 from llm_autopilot.controller.gather import (
     Gatherer,
     PodSource,
     SecretUnreadable,
-    Target,
-    hub_token,
     read_model,
     read_nodes,
     read_world,
 )
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings, SaturationRounds
-from llm_autopilot.controller.quiet import (
-    OPERATOR_VERSION,
-    QuietMemory,
-    Seen,
-    fingerprint,
-    later,
-    metrics_verdict,
-    next_due,
-    unsettled,
-)
+from llm_autopilot.controller.quiet import OPERATOR_VERSION, QuietMemory, Seen, fingerprint, later, metrics_verdict
 from llm_autopilot.controller.settings import OperatorSettings
-from llm_autopilot.desired.refusals import autoscaling_problem
-from llm_autopilot.desired.world import World
-from llm_autopilot.domain.precision import KVCacheDtype
+from llm_autopilot.desired import intent
+from llm_autopilot.desired.intent import (
+    MODEL_CACHED,
+    Asks,
+    Context,
+    Intent,
+    Rendered,
+    WorkloadAsk,
+    context_of,
+    desired,
+    limits,
+    observed_replicas,
+    ready_condition,
+    render,
+)
+from llm_autopilot.desired.world import Applied, CacheObservation, SourceView, Unresolved, WorkloadView, World
 from llm_autopilot.hub.resolve import ArchitectureRequired, ModelResolutionError
-from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
-from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
-from llm_autopilot.remediation.decide import METRICS_AVAILABLE, Decision, Evidence, Probe, decide
-from llm_autopilot.remediation.evidence import apply_overrides
-from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_floor
-from llm_autopilot.remediation.state import MAX_REPLICAS, Author, Limits, RemediationState, effective_replicas
-from llm_autopilot.remediation.text import clean_line
-from llm_autopilot.render import cache, groups, model_volume, rollout
-from llm_autopilot.render.host_memory import host_memory
-from llm_autopilot.render.kubernetes import Owner, WorkloadInputs, label_selector, memory_limit_gib, plan_hash
-from llm_autopilot.render.vllm_args import ServeOptions, render_vllm_args, unknown_flags
-from llm_autopilot.render.workload import Live, Shape, children
-from llm_autopilot.vllm.versions import VersionError, VLLMVersion, behaviour_of
+from llm_autopilot.planner.plan import Plan
+from llm_autopilot.planner.pools import PoolChoice
+from llm_autopilot.remediation.decide import METRICS_AVAILABLE
+from llm_autopilot.remediation.ladder import Overrides
+from llm_autopilot.render import groups
+from llm_autopilot.render.kubernetes import Owner
+from llm_autopilot.render.workload import Shape
+from llm_autopilot.vllm.versions import VersionError
 
-__all__ = ["METRICS_AVAILABLE", "Outcome", "SecretUnreadable", "ready_condition", "reconcile", "resync"]
+#: desired/intent.py's names that callers import from here
+__all__ = [
+    "METRICS_AVAILABLE",
+    "MODEL_CACHED",
+    "Context",
+    "Outcome",
+    "Rendered",
+    "SecretUnreadable",
+    "context",
+    "context_of",
+    "limits",
+    "observed_replicas",
+    "plan_with",
+    "ready_condition",
+    "reconcile",
+    "render",
+    "resync",
+    "workload_view",
+]
 
 logger = logging.getLogger(__name__)
-_MESSAGE_LIMIT = 500
-MODEL_CACHED = "ModelCached"
 
 
 class Cluster(PodSource, Protocol):
@@ -100,11 +112,6 @@ class Cluster(PodSource, Protocol):
 
     def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]: ...
 
-
-#: failures that the same inputs always give again (a resync with the same inputs may stay quiet); the others
-#: depend on what the API server, the Hub or RBAC say next time
-_DETERMINISTIC_FAILURES = frozenset({"InvalidSpec", "UnknownGPU", "UnsupportedVLLMVersion", "Infeasible",
-                                     "ArchitectureRequired", "LoRAAdapterRefused"})
 
 
 @dataclass
@@ -136,52 +143,8 @@ def now() -> str:
     return _utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def ready_condition(deployment: dict[str, Any] | None, *, spec_replicas: int, max_replicas: int | None,
-                    remediation: Any, autoscaled: bool = False) -> tuple[bool | None, str, str]:
-    """Ready from the effective replica count (remediation's last override, else the spec's; the spec's alone
-    when KEDA drives it). The reconcile is Ready's one writer (the Deployment watch triggers it)."""
-    replicas = spec_replicas if autoscaled else effective_replicas(remediation, spec_replicas, max_replicas)
-    return deployment_ready(deployment, replicas)
-
-
-def observed_replicas(deployment: Mapping[str, Any] | None) -> dict[str, int]:
-    """status.replicas and status.readyReplicas (the REPLICAS and AVAILABLE columns) from the workload's status:
-    the reconcile writes them with Ready."""
-    observed = (deployment or {}).get("status") or {}
-    return {"replicas": _int(observed.get("replicas")), "readyReplicas": _int(observed.get("availableReplicas"))}
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
 class StatusConflict(RuntimeError):
     """The LLMDeployment changed between the read and the status write (409): nothing was written."""
-
-
-@dataclass
-class Context:
-    """What one reconcile learned about the world, reused for every candidate plan."""
-
-    spec: LLMDeploymentSpec
-    request_for: Callable[[GPUPool, Overrides], PlanRequest]
-    pools: list[GPUPool]
-    #: the most allocatable memory of any matching GPU node (GiB; 0: none known)
-    node_memory_gib: float
-    #: the shortest max_model_len remediation may cut to (never 1: see ladder.max_model_len_floor)
-    floor_max_model_len: int
-    #: per GPU (catalog name): the most allocatable memory of a matching node with it (GiB)
-    pool_memory_gib: dict[str, float] = field(default_factory=dict)
-
-    def memory_of(self, pool: GPUPool | None) -> float:
-        """The memory bound of a pool's nodes (0: no node of it is known); remediation's memory limit never
-        goes above the nodes the plan runs on, whatever larger nodes of other GPUs the cluster has."""
-        if pool is None:
-            return self.node_memory_gib
-        return self.pool_memory_gib.get(pool.gpu.name, 0.0)
-    #: the model cache's PVC (spec.model.cache) and whether its download is complete
-    cache_claim: str | None = None
-    cache_complete: bool = True
 
 
 def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: OperatorSettings) -> Context:
@@ -189,136 +152,25 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: Op
     return context_of(spec, World(read_model(spec, namespace, kube, settings), read_nodes(kube)), settings)
 
 
-def context_of(spec: LLMDeploymentSpec, world: World, settings: OperatorSettings) -> Context:
-    """The GPU pools the spec may use and the plan request per pool, from the World read (no I/O)."""
-    model = world.model
-    behaviour = behaviour_of(VLLMVersion.parse(spec.vllm.version or settings.default_vllm_version))
-    wanted = spec.gpu.node_selector or {}
-    pools = convert.gpu_pools(spec, world.node_pairs())
-    pool_memory: dict[str, float] = {}
-    for n in world.nodes:
-        gpu = gpu_from_labels(dict(n.labels))
-        if gpu is not None and all(n.labels.get(k) == v for k, v in wanted.items()):
-            pool_memory[gpu.name] = max(pool_memory.get(gpu.name, 0.0), n.memory_gib)
-    memory = max(pool_memory.values(), default=0.0)
-    floor = max_model_len_floor(floor=spec.remediation.floors.min_max_model_len,
-                                serving_min=spec.serving.min_max_model_len,
-                                serving_max=spec.serving.fixed_max_model_len,
-                                model_max=model.max_position_embeddings)
-
-    def request_for(pool: GPUPool, overrides: Overrides) -> PlanRequest:
-        # a pool seen on nodes: their GPUs per node and their number; else 8-GPU nodes, as many as maxGPUs needs
-        targets = apply_overrides(convert.targets_for_pool(spec, pool), overrides, floor_max_model_len=floor)
-        return PlanRequest(model, pool.gpu, behaviour, targets)
-
-    return Context(spec, request_for, pools, memory, floor, pool_memory)
-
-
-def limits(ctx: Context, node_memory_gib: float | None = None) -> Limits:
-    """The bounds a status read from the cluster is clamped into (the memory limit: the given pool's nodes')."""
-    spec, floors = ctx.spec, ctx.spec.remediation.floors
-    return Limits(max_steps=spec.remediation.max_steps, spec_replicas=spec.replicas,
-                  max_replicas=spec.remediation.max_replicas, max_gpus=spec.gpu.max_gpus,
-                  node_memory_gib=ctx.node_memory_gib if node_memory_gib is None else node_memory_gib,
-                  floor_max_model_len=ctx.floor_max_model_len,
-                  floor_max_num_seqs=floors.min_max_num_seqs,
-                  floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
-                  floor_gpu_memory_utilization=floors.min_gpu_memory_utilization)
-
-
 def plan_with(ctx: Context, overrides: Overrides) -> PoolChoice:
+    """desired's plan_with, timed and counted (for tools and tests that plan outside a reconcile)."""
     with telemetry.PLAN_SECONDS.time():
-        choice = choose_pool(ctx.pools, lambda pool: ctx.request_for(pool, overrides))
+        choice = intent.plan_with(ctx, overrides)
     telemetry.PLANS.labels("feasible" if isinstance(choice.result, Plan) else "infeasible").inc()
     return choice
 
 
-@dataclass(frozen=True)
-class Rendered:
-    plan: Plan
-    status: PlanStatus
-    objects: list[dict[str, Any]]
-    inputs: WorkloadInputs
-    plan_hash: str
-    #: the pods that serve the API (the scale subresource's selector)
-    serving_selector: dict[str, str]
-    shape: Shape
-    pool: GPUPool | None = None
-
-    @property
-    def nodes(self) -> int:
-        return self.plan.config.nodes
-
-    def same_objects(self, other: Rendered) -> bool:
-        return [o["metadata"]["annotations"] for o in self.objects] == [
-            o["metadata"]["annotations"] for o in other.objects]
-
-
-def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
-           settings: OperatorSettings, live: Live | None = None) -> Rendered:
-    assert isinstance(choice.result, Plan) and choice.pool is not None
-    plan, spec = choice.result, ctx.spec
-    served_name = spec.model.served_model_name or spec.model.name.removeprefix("hf://")
-    local = cache.model_path() if ctx.cache_claim else model_volume.model_path(spec)
-    args = render_vllm_args(plan, ServeOptions(served_model_name=served_name,
-                                               revision=None if local else spec.model.revision,
-                                               extra_args=tuple(spec.vllm.extra_args), model_path=local))
-    version = str(plan.config.vllm.version)
-    host = host_memory(plan, spec.vllm.extra_args).total_gib
-    fit = replicas_that_fit(plan.config, choice.pool) if choice.pool.nodes else None
-    plan_status = convert.plan_status(plan, args, host_memory_gib=host, replicas_that_fit=fit)
-    unknown = unknown_flags(args, version)
-    if unknown:
-        plan_status.warnings.append(f"vLLM {version} does not accept {', '.join(unknown)} (from extraArgs)")
-    products = choice.pool.products or tuple(plan.config.gpu.gfd_products)
-    prometheus = (spec.autoscaling.prometheus_address or settings.prometheus_url) if spec.autoscaling else None
-    inputs = WorkloadInputs(owner, spec, plan, tuple(args), spec.vllm.image or settings.default_image, products,
-                            replicas=overrides.replicas, memory_limit_gib=overrides.memory_limit_gib,
-                            host_memory_gib=host, prometheus_address=prometheus)
-    inputs = dataclasses.replace(inputs, surge=rollout.can_surge(plan.config, choice.pool, inputs.replica_count),
-                                 cache_claim=ctx.cache_claim, held=not ctx.cache_complete)
-    workload = children(inputs, live or Live())
-    return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape,
-                    choice.pool)
-
-
-def workload_view(kube: Cluster, r: Rendered) -> dict[str, Any] | None:
+def workload_view(kube: Cluster, asked: WorkloadAsk) -> dict[str, Any] | None:
     """The serving workload's status as a Deployment's: the Deployment itself, or the groups summarised."""
-    owner = r.inputs.owner
-    if r.shape is Shape.DEPLOYMENT:
-        return kube.get("apps/v1", "Deployment", owner.name, owner.namespace)
-    if r.shape is Shape.LEADER_WORKER_SET:
-        return groups.lws_view(kube.get(groups.LWS_API_VERSION, "LeaderWorkerSet", owner.name, owner.namespace),
-                               current_hash=r.plan_hash)
+    name, namespace = asked.name, asked.namespace
+    if asked.shape is Shape.DEPLOYMENT:
+        return kube.get("apps/v1", "Deployment", name, namespace)
+    if asked.shape is Shape.LEADER_WORKER_SET:
+        return groups.lws_view(kube.get(groups.LWS_API_VERSION, "LeaderWorkerSet", name, namespace),
+                               current_hash=asked.plan_hash)
     return groups.groups_view(
-        [kube.get("apps/v1", "StatefulSet", groups.group_name(owner.name, i), owner.namespace)
-         for i in range(r.inputs.replica_count)], current_hash=r.plan_hash, size=r.nodes)
-
-
-def _running(r: Rendered, ctx: Context) -> Running:
-    c, spec = r.plan.config, ctx.spec
-    floors = spec.remediation.floors
-    replicas = r.inputs.replica_count
-    pool_max = max((p.gpus_per_node for p in ctx.pools if p.gpu.name == c.gpu.name), default=spec.gpu.max_gpus)
-    return Running(
-        autoscaled=spec.autoscaling is not None,
-        max_model_len=c.max_model_len, max_num_batched_tokens=c.max_num_batched_tokens, max_num_seqs=c.max_num_seqs,
-        enforce_eager=c.enforce_eager, gpu_memory_utilization=c.gpu_memory_utilization,
-        fp8_kv_cache=c.kv_cache_dtype is KVCacheDtype.FP8, gpus=c.num_gpus, replicas=replicas,
-        memory_limit_gib=memory_limit_gib(r.inputs),
-        fp8_kv_allowed="fp8" in spec.serving.allowed_kv_cache_dtypes,
-        max_gpus=min(spec.gpu.max_gpus, pool_max),
-        max_replicas=min(spec.remediation.max_replicas or spec.replicas, MAX_REPLICAS),
-        node_memory_gib=ctx.memory_of(r.pool) or memory_limit_gib(r.inputs),
-        floor_max_model_len=ctx.floor_max_model_len,
-        floor_gpu_memory_utilization=floors.min_gpu_memory_utilization,
-        floor_max_num_seqs=floors.min_max_num_seqs, floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
-        max_loras=c.lora.max_loras if c.lora else 0, floor_max_loras=max(1, pinned_adapters(spec)),
-    )
-
-
-def _changed(current: dict[str, Any], key: str, value: Any) -> bool:
-    return bool(current.get(key) != value)
+        [kube.get("apps/v1", "StatefulSet", groups.group_name(name, i), namespace)
+         for i in range(asked.replicas)], current_hash=asked.plan_hash, size=asked.nodes)
 
 
 def gatherer_for(kube: Cluster, settings: OperatorSettings) -> Gatherer:
@@ -330,8 +182,12 @@ def gatherer_for(kube: Cluster, settings: OperatorSettings) -> Gatherer:
     return Gatherer(kube, saturation=SaturationRounds(client, round_seconds=settings.prometheus_round_seconds))
 
 
+#: how often one reconcile may be asked to read more before deciding (the cache, then the workload and evidence)
+_ROUNDS = 4
+
+
 class Reconciler:
-    """One pass over one object; collects the status changes and events to report."""
+    """One pass over one object: gather the World, let desired() decide, apply its Intent, report."""
 
     def __init__(self, *, name: str, namespace: str, uid: str, generation: int | None, status: dict[str, Any],
                  kube: Cluster, settings: OperatorSettings, gatherer: Gatherer,
@@ -343,294 +199,125 @@ class Reconciler:
         self.kube = kube
         self.settings = settings
         self.gatherer = gatherer
-        self.out = Outcome()
         #: the reconcile's clock, injected (one reading for the whole pass)
         self.now = now if now is not None else _utcnow()
-        self.stamp = self.now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
-        #: the remediation state as read, and as it stands now (None until the spec could be resolved)
-        self.origin: RemediationState | None = None
-        self.state: RemediationState | None = None
-        self.repaired = False
-        self.evidence: Evidence | None = None
-        #: the objects written (for the step's Event: does its rollout surge?)
-        self.final: Rendered | None = None
-        #: the model cache's download (spec.model.cache), when there is one
-        self.cache_status: CacheStatus | None = None
-
-    def condition(self, type_: str, value: bool | None, reason: str, message: str) -> None:
-        self.conditions = set_condition(self.conditions, type_, value, reason, message,
-                                        generation=self.generation, now=self.stamp)
-
-    def event(self, type_: str, reason: str, message: str) -> None:
-        self.out.events.append((type_, reason, message))
-
-    def fail(self, reason: str, message: str, *, retry: bool = False) -> Outcome:
-        before = self.conditions
-        self.condition(PLANNED, False, reason, message)
-        if before != self.conditions:
-            self.event("Warning", reason, message)
-        self.out.retry = retry
-        self.out.settled = reason in _DETERMINISTIC_FAILURES
-        return self.finish()
-
-    def finish(self) -> Outcome:
-        if _changed(self.status, "conditions", self.conditions):
-            self.out.status["conditions"] = self.conditions
-        if _changed(self.status, "observedGeneration", self.generation):
-            self.out.status["observedGeneration"] = self.generation
-        if self.state is not None:
-            self.state = self.state.attested(self.author)
-            if self.state != self.origin or self.repaired:
-                self.out.status["remediation"] = self.state.to_status()
-        return self.out
-
-    @property
-    def author(self) -> Author:
-        return Author(self.owner.uid, self.generation or 0)
-
-    def read_state(self, ctx: Context) -> RemediationState:
-        """The remediation state, only with the steps the operator recorded for this object, each clamped to
-        the spec and to the nodes of the pool its overrides plan on."""
-        raw = self.status.get("remediation")
-        cap: float | None = None
-        loose, _, _ = RemediationState.read_attributed(raw, limits(ctx), self.now, self.author)
-        if loose.overrides.memory_limit_gib is not None:  # bounded by the planned pool's nodes, not the largest
-            choice = plan_with(ctx, loose.overrides)
-            if isinstance(choice.result, Plan) and choice.pool is not None:
-                cap = ctx.memory_of(choice.pool) or None
-        state, repairs, dropped = RemediationState.read_attributed(raw, limits(ctx, cap), self.now, self.author)
-        for note in (*dropped, *repairs):
-            logger.warning("%s/%s: %s", self.owner.namespace, self.owner.name, note)
-        if dropped:  # written back without them, so this is said once
-            self.event("Warning", "UnattributedRemediation", "; ".join(dropped))
-        if repairs:
-            self.event("Warning", "StatusRepaired", "; ".join(repairs))
-        self.origin, self.state, self.repaired = state, state, bool(repairs or dropped)
-        return state
+        self.writes = 0
 
     def run(self, spec_body: dict[str, Any]) -> Outcome:
-        try:
-            spec = LLMDeploymentSpec.model_validate(spec_body)
-        except ValidationError as exc:
-            return self.fail("InvalidSpec", validation_message(exc))
-        found = inspect_step.observe_spec(self.kube, self.owner, spec, self.settings.operator_image,
-                                          self.status.get("source"))
-        if found is not None and found.failure is not None:
-            return self.inspecting(found)
-        self.report_source(found)
-        try:
-            world = read_world(spec, self.owner.name, self.owner.namespace, self.kube, self.settings,
-                               volume=found.files if found is not None else None)
-            ctx = context_of(spec, world, self.settings)
-        except UnknownGPUError as exc:
-            return self.fail("UnknownGPU", str(exc))
-        except VersionError as exc:
-            return self.fail("UnsupportedVLLMVersion", str(exc))
-        except SecretUnreadable as exc:
-            return self.fail("SecretUnreadable", str(exc))
-        except ArchitectureRequired as exc:
-            return self.fail("ArchitectureRequired", str(exc))
-        except ModelResolutionError as exc:
-            return self.fail("ModelUnresolved", str(exc), retry=True)
-        if (lora := adapters.reconcile_refusal(spec, lambda: hub_token(spec, self.owner.namespace, self.kube),
-                                               timeout=self.settings.hub_timeout_seconds)) is not None:
-            return self.fail(lora.reason, lora.message, retry=lora.retry)
-        state = self.read_state(ctx)
-        choice = plan_with(ctx, state.overrides)
-        if not isinstance(choice.result, Plan) and state.applied:
-            # the spec changed so that remediation's overrides no longer fit: start again from the plan
-            self.event("Normal", "RemediationReset", f"overrides no longer fit the spec: {choice.result.message}")
-            state = self.state = state.reset()
-            choice = plan_with(ctx, state.overrides)
-        if not isinstance(choice.result, Plan) or choice.pool is None:
-            message = choice.result.message if isinstance(choice.result, Infeasible) else "no GPU pool"
-            return self.fail("Infeasible", message)
-        refusal = autoscaling_problem(ctx.spec, choice.result, choice.pool, prometheus_url=self.settings.prometheus_url,
-                                      crds=world.crds)
-        if refusal is None and not cache.enabled(ctx.spec):
-            refusal = model_volume.unserved_source(ctx.spec)
-        if refusal is not None:
-            return self.fail(*refusal)
-        cache_objects = self.observe_cache(ctx, choice.result)
-        if self.cache_status is not None:
-            ctx = dataclasses.replace(ctx, cache_claim=self.cache_status.claim_name,
-                                      cache_complete=self.cache_status.state == "Complete")
-        live = world.live_for(choice.result.config.nodes > 1)
-        current = render(ctx, choice, state.overrides, self.owner, self.settings, live)
-        view = workload_view(self.kube, current)
-        final, decision = self.remediate(ctx, current, state, view, live)
+        world = self.read(spec_body)
+        decided, world = self.settle(spec_body, world)
+        if not decided.objects:
+            return self.outcome(decided, recorded=False)
         recorded: list[bool] = []
 
         def record_first() -> None:  # the dry runs passed: the step goes into the status before any child
-            if decision.changed:
-                self.record_step(decision.state)
+            if decided.step is not None:
+                self.record_step(decided.step)
                 recorded.append(True)
 
         try:
-            written = self.kube.apply_all(cache_objects + final.objects, before_write=record_first)
+            written = self.kube.apply_all(decided.objects, before_write=record_first)
         except ApplyRejected as exc:
-            if recorded:  # refused for real after the dry run (a race): the recorded step is applied next pass
-                self.state = self.origin
-            # else nothing was written: a step whose objects the API server refuses is not taken, nor reported
-            return self.fail("ApplyRejected", clean_line(str(exc), _MESSAGE_LIMIT))
+            # nothing was written, or a step recorded just before a refusal for real (a race) is applied next pass
+            rejected, _ = self.settle(spec_body, dataclasses.replace(world, applied=Applied(rejected=str(exc))))
+            return self.outcome(rejected, recorded=bool(recorded))
         except StatusConflict:
             # the object changed since it was read: nothing was written; decide again on what it says now
             return Outcome(retry=True, retry_reason="the LLMDeployment changed while it was reconciled; retrying",
-                           retry_delay=1.0)
-        self.out.writes += written
-        self.final = final
-        self.record(decision)
-        if written:
-            view = workload_view(self.kube, final)
-        self.report_plan(final, ctx, view)
-        self.note_inputs(ctx, final)
-        self.report_cache()
-        return self.finish()
+                           retry_delay=1.0, writes=self.writes)
+        self.writes += written
+        if written and decided.after is not None:  # Ready from the workload as the write left it
+            after = Applied(view=workload_view(self.kube, decided.after))
+            decided, _ = self.settle(spec_body, dataclasses.replace(world, applied=after))
+        return self.outcome(decided, recorded=bool(recorded))
 
-    def report_source(self, found: inspect_step.Inspection | None) -> None:
-        """status.source: what a pvc:// source's inspect Job read (removed when no inspection is needed)."""
-        value = found.status.model_dump(by_alias=True, exclude_none=True) if found and found.status else None
-        if _changed(self.status, "source", value):
-            self.out.status["source"] = value
-
-    def inspecting(self, found: inspect_step.Inspection) -> Outcome:
-        """Planned=False while a pvc:// source is inspected or cannot be: only the inspect Job is applied."""
-        self.report_source(found)
-        assert found.failure is not None
-        if found.objects:
-            try:
-                self.out.writes += self.kube.apply_all(found.objects)
-            except ApplyRejected as exc:
-                return self.fail("ApplyRejected", clean_line(str(exc), _MESSAGE_LIMIT), retry=True)
-        self.out.retry_delay, self.out.retry_reason = found.retry_delay, found.failure[1][:200]
-        reason, message = found.failure
-        if reason != inspect_step.INSPECTING:
-            return self.fail(reason, message, retry=True)
-        before = self.conditions
-        self.condition(PLANNED, False, reason, message)
-        if before != self.conditions:
-            self.event("Normal", reason, message)
-        self.out.retry = True
-        return self.finish()
-
-    def observe_cache(self, ctx: Context, plan: Plan) -> list[dict[str, Any]]:
-        """The cache's objects still to create, and its status (spec.model.cache); nothing without a cache."""
-        if not cache.enabled(ctx.spec):
-            return []
-        inputs = cache.CacheInputs(ctx.spec, self.owner.namespace, self.settings.operator_image,
-                                   rollout.checkpoint_bytes(plan.config), hub_endpoint=self.settings.hub_endpoint)
-        previous = self.status.get("cache")
+    def read(self, spec_body: dict[str, Any]) -> World:
+        """The World desired() starts from: the object, the pvc:// source's inspection, then read_world's
+        model, nodes, CRDs, live shapes and adapters (a failure to read the model is the World's answer)."""
+        base = World(Unresolved("InvalidSpec", ""), owner=self.owner, generation=self.generation,
+                     operator=self.settings)
         try:
-            known = CacheStatus.model_validate(previous) if isinstance(previous, dict) else None
-        except ValueError:
-            known = None
-        objects, self.cache_status = cache_step.observe(self.kube, inputs, known)
-        return objects
+            spec = LLMDeploymentSpec.model_validate(spec_body)
+        except ValidationError:
+            return base  # desired() says why
+        found = inspect_step.observe_spec(self.kube, self.owner, spec, self.settings.operator_image,
+                                          self.status.get("source"))
+        source = (SourceView(found.status, tuple(found.objects), found.failure, found.retry_delay)
+                  if found is not None else None)
+        if found is not None and found.failure is not None:
+            return dataclasses.replace(base, model=Unresolved(*found.failure), source=source)
+        try:
+            world = read_world(spec, self.owner.name, self.owner.namespace, self.kube, self.settings,
+                               volume=found.files if found is not None else None)
+        except UnknownGPUError as exc:
+            return dataclasses.replace(base, model=Unresolved("UnknownGPU", str(exc)), source=source)
+        except VersionError as exc:
+            return dataclasses.replace(base, model=Unresolved("UnsupportedVLLMVersion", str(exc)), source=source)
+        except SecretUnreadable as exc:
+            return dataclasses.replace(base, model=Unresolved("SecretUnreadable", str(exc)), source=source)
+        except ArchitectureRequired as exc:
+            return dataclasses.replace(base, model=Unresolved("ArchitectureRequired", str(exc)), source=source)
+        except ModelResolutionError as exc:
+            return dataclasses.replace(base, model=Unresolved("ModelUnresolved", str(exc), retry=True),
+                                       source=source)
+        return dataclasses.replace(world, owner=self.owner, generation=self.generation, operator=self.settings,
+                                   source=source)
 
-    def report_cache(self) -> None:
-        status = self.cache_status
-        if status is None:
-            return
-        value = status.model_dump(by_alias=True, exclude_none=True)
-        if _changed(self.status, "cache", value):
-            self.out.status["cache"] = value
-        before = self.conditions
-        self.condition(MODEL_CACHED, *cache_step.condition(status))
-        if status.state == "Failed" and before != self.conditions:
-            self.event("Warning", "CacheFailed", status.message)
-        if status.state != "Complete":
-            self.out.settled = False  # the next resync reads the download's progress again
+    def settle(self, spec_body: dict[str, Any], world: World) -> tuple[Intent, World]:
+        """desired() on the World, reading what it asks for until it decides."""
+        for _ in range(_ROUNDS):
+            started = time.perf_counter()
+            decided = desired(spec_body, self.status, world, self.now)
+            if decided.asks is None:
+                for _plan in decided.plans:  # the decision's plans, each its share of the time desired() took
+                    telemetry.PLAN_SECONDS.observe((time.perf_counter() - started) / len(decided.plans))
+                return decided, world
+            world = self.answer(decided.asks, world)
+        raise RuntimeError(f"desired() still asks after {_ROUNDS} rounds: {decided.asks}")
 
-    def note_inputs(self, ctx: Context, final: Rendered) -> None:
-        """For the quiet resync: whether this reconcile settled, until when, on which plan's pods."""
-        evidence, state = self.evidence, self.state
-        assert evidence is not None and state is not None
-        self.out.plan_hash = final.plan_hash
-        self.out.metrics = metrics_verdict(evidence.metrics, evidence.saturation is not None)
-        policy = ctx.spec.remediation
-        self.out.kv_question = (policy.kv_saturation_window_seconds, policy.kv_saturation_threshold)
-        self.out.settled = not unsettled(evidence, state)
-        self.out.due = next_due(state, ctx.spec.remediation, self.now, self.settings.full_check_seconds)
+    def answer(self, asks: Asks, world: World) -> World:
+        """Read what desired() asked for into the World."""
+        if asks.cache is not None:
+            objects, status = cache_step.observe(self.kube, asks.cache, asks.known_cache)
+            world = dataclasses.replace(world, cache=CacheObservation(asks.cache, tuple(objects), status))
+        if asks.workload is not None:
+            view = workload_view(self.kube, asks.workload)
+            world = dataclasses.replace(world, workload=WorkloadView(asks.workload.plan_hash, view))
+            if asks.evidence is not None:
+                evidence = self.gatherer.gather(dataclasses.replace(asks.evidence, deployment=view))
+                world = dataclasses.replace(world, evidence=evidence)
+        return world
 
-    def remediate(self, ctx: Context, current: Rendered, state: RemediationState,
-                  deployment: dict[str, Any] | None, live: Live) -> tuple[Rendered, Decision]:
-        """Gather the evidence, let the pure decision speak: what should run, and why."""
-        policy = ctx.spec.remediation
-        evidence = self.gatherer.gather(Target(
-            namespace=self.owner.namespace, name=self.owner.name, plan_hash=current.plan_hash,
-            replicas=state.effective_replicas(ctx.spec.replicas), deployment=deployment,
-            last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
-            kv_window=policy.kv_saturation_window_seconds))
-        self.evidence = evidence
-        renders: dict[Overrides, Rendered] = {}
+    def outcome(self, decided: Intent, *, recorded: bool) -> Outcome:
+        """The Intent as the handlers report it, with the counters; a step recorded before its objects is not
+        written again."""
+        status = dict(decided.status)
+        if recorded:
+            status.pop("remediation", None)
+        for line in decided.notes:
+            logger.warning("%s", line)
+        for outcome in decided.plans:
+            telemetry.PLANS.labels(outcome).inc()
+        for signal, kind in decided.counts:
+            telemetry.REMEDIATION_STEPS.labels(signal, kind).inc()
+        return Outcome(status=status, events=list(decided.events), writes=self.writes, retry=decided.retry,
+                       settled=decided.settled, due=decided.due, plan_hash=decided.plan_hash,
+                       metrics=decided.metrics, kv_question=decided.kv_question,
+                       retry_reason=decided.retry_reason, retry_delay=decided.retry_delay)
 
-        def probe(overrides: Overrides) -> Probe:
-            choice = plan_with(ctx, overrides)
-            if not isinstance(choice.result, Plan):
-                return Probe(False, problem=choice.result.message)
-            renders[overrides] = render(ctx, choice, overrides, self.owner, self.settings, live)
-            return Probe(True, changes=not renders[overrides].same_objects(current))
-
-        decision = decide(evidence, state, policy, _running(current, ctx), now=self.now, probe=probe)
-        return (renders[decision.overrides] if decision.changed else current), decision
-
-    def record_step(self, state: RemediationState) -> None:
+    def record_step(self, step: dict[str, Any]) -> None:
         """Write a remediation step (or relax) to the status before the children that carry it, so no crash in
         between can leave a step applied but unrecorded: a reconcile after a crash reads the recorded step and
         applies its children (the apply is idempotent). Raises StatusConflict when the object changed since it
         was read."""
         try:
-            state = state.attested(self.author)
-            self.kube.patch_llmd_status(self.owner.namespace, self.owner.name, {"remediation": state.to_status()},
+            self.kube.patch_llmd_status(self.owner.namespace, self.owner.name, {"remediation": step},
                                         resource_version=self.resource_version)
         except ApiException as exc:
             if exc.status == 409:
                 raise StatusConflict(api_message(exc)) from exc
             raise
-        self.out.writes += 1
-        self.origin, self.repaired = state, False  # written: finish() need not write it again
-
-    def outage(self, decision: Decision, reason: str) -> str:
-        """What a step's rollout costs, added to its Event when it cannot surge onto a free GPU."""
-        final = self.final
-        if reason != "Remediated" or not decision.changed or final is None or final.inputs.surge:
-            return ""
-        if final.shape is not Shape.DEPLOYMENT:
-            return "; pods across nodes are replaced group by group, so capacity drops during the rollout"
-        return rollout.outage_note(final.inputs.replica_count)
-
-    def record(self, decision: Decision) -> None:
-        """The decision's state, conditions, events and counters, once its objects are written."""
-        self.state = decision.state
-        for c in decision.conditions:
-            self.condition(c.type, c.status, c.reason, c.message)
-        for note in decision.events:
-            self.event(note.type, note.reason, note.message + self.outage(decision, note.reason))
-        for signal, kind in decision.counts:
-            telemetry.REMEDIATION_STEPS.labels(signal, kind).inc()
-
-    def report_plan(self, r: Rendered, ctx: Context, deployment: dict[str, Any] | None) -> None:
-        plan_dict = r.status.model_dump(by_alias=True, exclude_none=True)
-        if _changed(self.status, "plan", plan_dict):
-            self.out.status["plan"] = plan_dict
-            self.event("Normal", "Planned", f"{r.plan.summary}, {r.status.quantization} weights, "
-                                            f"{r.status.kv_cache_dtype} KV, max_model_len {r.status.max_model_len}")
-        memory = r.status.memory
-        self.condition(PLANNED, True, "Planned", f"{r.plan.summary}: {memory.kv_cache_gib} GiB KV cache per GPU, "
-                                                 f"{memory.max_concurrency}x concurrency at {r.status.max_model_len}")
-        remediation = self.state.to_status() if self.state is not None else None
-        self.condition(READY, *ready_condition(deployment, spec_replicas=ctx.spec.replicas,
-                                               max_replicas=ctx.spec.remediation.max_replicas,
-                                               remediation=remediation, autoscaled=ctx.spec.autoscaling is not None))
-        for key, value in (*observed_replicas(deployment).items(), ("selector", label_selector(r.serving_selector))):
-            if _changed(self.status, key, value):
-                self.out.status[key] = value
-        if not any(c.get("type") == DEGRADED for c in self.conditions):
-            self.condition(DEGRADED, False, "AsPlanned", "running the planned configuration")
-        for warning in r.status.warnings:
-            if warning not in ((self.status.get("plan") or {}).get("warnings") or []):
-                self.event("Warning", "PlanWarning", warning)
+        self.writes += 1
 
 
 def reconcile(

@@ -5,10 +5,112 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from llm_autopilot.api.lora import AdapterConfig
+from llm_autopilot.api.v1alpha1 import CacheStatus, SourceStatus
 from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.remediation.decide import Evidence
+from llm_autopilot.render.cache import CacheInputs
+from llm_autopilot.render.kubernetes import Owner
 from llm_autopilot.render.workload import Live
+
+
+class OperatorDefaults(Protocol):
+    """The operator-wide settings the decisions read (controller/settings.py's OperatorSettings has them)."""
+
+    @property
+    def default_image(self) -> str: ...
+
+    @property
+    def default_vllm_version(self) -> str: ...
+
+    @property
+    def operator_image(self) -> str: ...
+
+    @property
+    def prometheus_url(self) -> str | None: ...
+
+    @property
+    def hub_endpoint(self) -> str | None: ...
+
+    @property
+    def full_check_seconds(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Unresolved:
+    """The model could not be read: the reconcile's answer is Planned=False with this reason."""
+
+    reason: str
+    message: str
+    retry: bool = False
+
+
+@dataclass(frozen=True)
+class AdapterReading:
+    """The LoRA adapters' adapter_config.json files as read from the Hub (controller/adapters.py reads them)."""
+
+    #: the adapters' configs read, by adapter name
+    configs: dict[str, AdapterConfig] = field(default_factory=dict)
+    #: adapters that could not be read (the Hub's answer), each a sentence with what to do
+    errors: list[str] = field(default_factory=list)
+    #: adapters read without an adapter_config.json: nothing to check
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SourceView:
+    """What a pvc:// source's inspection found (controller/inspect_step.py): its status, the inspect Job's
+    objects still to apply, and its failure (reason, message) while the model cannot be planned on yet."""
+
+    status: SourceStatus | None
+    objects: tuple[dict[str, Any], ...] = ()
+    failure: tuple[str, str] | None = None
+    retry_delay: float = 30.0
+
+
+@dataclass(frozen=True)
+class CacheObservation:
+    """The model cache (spec.model.cache) as read for ``inputs``: its objects still to create, its status."""
+
+    inputs: CacheInputs
+    objects: tuple[dict[str, Any], ...]
+    status: CacheStatus
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to gather evidence about: one LLMDeployment's current plan."""
+
+    namespace: str
+    name: str
+    plan_hash: str
+    replicas: int
+    #: the live Deployment (None before it exists), for the rollout
+    deployment: dict[str, Any] | None
+    #: the evidence remediation already acted on (its log is not read again)
+    last_evidence: str | None
+    kv_threshold: float
+    kv_window: int
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    """The serving workload's status as a Deployment's (None: none exists), read for the plan ``plan_hash``."""
+
+    plan_hash: str
+    deployment: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What the apply of an Intent's objects said: refused (the API server's message), or written and the
+    workload then read again (``view``)."""
+
+    rejected: str | None = None
+    view: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -22,15 +124,26 @@ class GPUNode:
 
 @dataclass(frozen=True)
 class World:
-    """The model's architecture (from the Hub, an S3 bucket, the catalog or the spec), the GPU nodes, which of
-    the optional CRDs are installed, and which workload shapes exist."""
+    """The model's architecture (from the Hub, an S3 bucket, the catalog or the spec; Unresolved: why not), the
+    GPU nodes, which of the optional CRDs are installed, and which workload shapes exist."""
 
-    model: ModelArchitecture
+    model: ModelArchitecture | Unresolved
     nodes: tuple[GPUNode, ...] = ()
     #: the names of the CustomResourceDefinitions asked about that are installed
     crds: frozenset[str] = frozenset()
     #: the shapes that exist; ``live.deployment`` is whether a Deployment of the object's name exists at all
     live: Live = dataclasses.field(default_factory=Live)
+    #: the rest is read for desired() (desired/intent.py): the object, the operator's settings, the LoRA
+    #: adapters' configs, the pvc:// inspection, and what an Intent's asks named (cache, workload, evidence)
+    owner: Owner = dataclasses.field(default_factory=lambda: Owner("", "", ""))
+    generation: int | None = None
+    operator: OperatorDefaults | None = None
+    adapters: AdapterReading = dataclasses.field(default_factory=AdapterReading)
+    source: SourceView | None = None
+    cache: CacheObservation | None = None
+    workload: WorkloadView | None = None
+    evidence: Evidence | None = None
+    applied: Applied | None = None
 
     def node_pairs(self) -> Iterable[tuple[Mapping[str, str], int]]:
         """(labels, allocatable GPUs) per node: what the pool computation reads."""

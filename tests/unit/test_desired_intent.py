@@ -1,0 +1,228 @@
+"""desired(spec, status, world, now) -> Intent, called directly on Worlds built by hand: every condition it
+writes, and what it asks the shell to read first, as named cases (issue #16, item 1). No cluster, no fake of
+one: the World is the only input besides the spec, the status and the clock."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from llm_autopilot.api.lora import AdapterConfig
+from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
+from llm_autopilot.controller.gather import read_world
+from llm_autopilot.controller.kube import NodeGPUs
+from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.desired.intent import Intent, desired
+from llm_autopilot.desired.world import (
+    AdapterReading,
+    Applied,
+    CacheObservation,
+    SourceView,
+    Unresolved,
+    WorkloadView,
+    World,
+)
+from llm_autopilot.remediation.decide import Evidence
+from llm_autopilot.render.autoscaling import KEDA_CRD
+from llm_autopilot.render.kubernetes import Owner
+from tests.unit.fakes import L4, NAME, NAMESPACE, FakeCluster
+
+NOW = datetime(2031, 5, 17, 8, 30, tzinfo=UTC)
+QWEN = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"}, "serving": {"maxModelLen": 8192}}
+PROM = "http://prometheus.test:9090"
+CACHED = {**QWEN, "model": {"name": "Qwen/Qwen3-8B", "cache": {"enabled": True}}}
+SETTINGS = OperatorSettings()
+OWNER = Owner(NAME, NAMESPACE, "uid-1")
+
+
+def world_for(spec: dict[str, Any], *, nodes: int = 1, keda: bool = False) -> World:
+    """The World read_world gives for ``spec`` on ``nodes`` L4 nodes (the test's only read: the model from the
+    catalog), with the object's identity and the operator's settings."""
+    cluster = FakeCluster(nodes=[NodeGPUs(dict(L4), 1, 180.0) for _ in range(nodes)])
+    if keda:
+        cluster.objects[("CustomResourceDefinition", KEDA_CRD)] = {"metadata": {"name": KEDA_CRD}}
+    world = read_world(LLMDeploymentSpec.model_validate(spec), NAME, NAMESPACE, cluster, SETTINGS)
+    return dataclasses.replace(world, owner=OWNER, generation=3, operator=SETTINGS)
+
+
+def answered(spec: dict[str, Any], world: World, deployment: dict[str, Any] | None = None,
+             evidence: Evidence | None = None, status: dict[str, Any] | None = None) -> World:
+    """The World after the shell answered the Intent's asks: the workload as ``deployment`` and the evidence
+    (a calm one by default), both for the plan desired() asked about."""
+    asked = desired(spec, status or {}, world, NOW).asks
+    assert asked is not None and asked.workload is not None and asked.evidence is not None
+    plan = asked.workload.plan_hash
+    return dataclasses.replace(world, workload=WorkloadView(plan, deployment),
+                               evidence=evidence or Evidence(plan_id=plan))
+
+
+def available(replicas: int = 1) -> dict[str, Any]:
+    return {"status": {"replicas": replicas, "availableReplicas": replicas, "updatedReplicas": replicas}}
+
+
+def _cache(spec: dict[str, Any], world: World, state: str) -> World:
+    asked = desired(spec, {}, world, NOW).asks
+    assert asked is not None and asked.cache is not None and asked.workload is None  # the cache comes first
+    status = CacheStatus(claim_name=asked.cache.claim, state=state, bytes=10, total_bytes=10)
+    return dataclasses.replace(world, cache=CacheObservation(asked.cache, (), status))
+
+
+@dataclass(frozen=True)
+class Case:
+    spec: dict[str, Any]
+    world: Callable[[dict[str, Any]], World]
+    #: condition type -> (status, reason)
+    expect: dict[str, tuple[str, str]]
+    absent: tuple[str, ...] = ()
+    retry: bool = False
+    #: whether the Intent applies objects
+    applies: bool = False
+
+
+def _ready(spec: dict[str, Any]) -> World:
+    return answered(spec, world_for(spec), available())
+
+
+CASES: dict[str, Case] = {
+    "planned and ready": Case(QWEN, _ready, {"Planned": ("True", "Planned"), "Ready": ("True", "Available"),
+                                             "Degraded": ("False", "AsPlanned")}, absent=("ModelCached",),
+                              applies=True),
+    "planned, the workload not there yet": Case(
+        QWEN, lambda s: answered(s, world_for(s), None), {"Planned": ("True", "Planned"), "Ready": ("False", "")},
+        applies=True),
+    "planned, no replica available": Case(
+        QWEN, lambda s: answered(s, world_for(s), {"status": {"replicas": 1, "availableReplicas": 0}}),
+        {"Planned": ("True", "Planned"), "Ready": ("False", "")}, applies=True),
+    "invalid spec": Case({"model": {"name": "Qwen/Qwen3-8B"}, "replicas": -1},
+                         lambda s: World(Unresolved("InvalidSpec", ""), owner=OWNER, operator=SETTINGS),
+                         {"Planned": ("False", "InvalidSpec")}, absent=("Ready", "Degraded")),
+    "model unresolved": Case(QWEN, lambda s: dataclasses.replace(
+        world_for(s), model=Unresolved("ModelUnresolved", "the Hub said 404", retry=True)),
+        {"Planned": ("False", "ModelUnresolved")}, absent=("Ready",), retry=True),
+    "secret unreadable": Case(QWEN, lambda s: dataclasses.replace(
+        world_for(s), model=Unresolved("SecretUnreadable", "403")), {"Planned": ("False", "SecretUnreadable")}),
+    "a pvc:// source being inspected": Case(QWEN, lambda s: dataclasses.replace(
+        world_for(s), source=SourceView(None, ({"kind": "Job", "metadata": {"name": "inspect"}},),
+                                        ("InspectingSource", "reading config.json"))),
+        {"Planned": ("False", "InspectingSource")}, retry=True, applies=True),
+    "a pvc:// source that cannot be read": Case(QWEN, lambda s: dataclasses.replace(
+        world_for(s), source=SourceView(None, (), ("SourceNotFound", "no claim"))),
+        {"Planned": ("False", "SourceNotFound")}, retry=True),
+    "unknown GPU": Case({**QWEN, "gpu": {"product": "nvidia-x9000"}},
+                        lambda s: world_for(QWEN), {"Planned": ("False", "UnknownGPU")}),
+    "unsupported vLLM version": Case({**QWEN, "vllm": {"version": "0.1.0"}}, lambda s: world_for(QWEN),
+                                     {"Planned": ("False", "UnsupportedVLLMVersion")}),
+    "an adapter the Hub did not give": Case(QWEN, lambda s: dataclasses.replace(
+        world_for(s), adapters=AdapterReading(errors=["lora adapter a: 404"])),
+        {"Planned": ("False", "LoRAAdapterUnresolved")}, retry=True),
+    "infeasible": Case({**QWEN, "model": {"name": "meta-llama/Llama-3.1-405B"}, "gpu": {"product": "nvidia-l4",
+                                                                                         "maxGPUs": 1}},
+                       world_for, {"Planned": ("False", "Infeasible")}, absent=("Ready",)),
+    "autoscaling without Prometheus": Case({**QWEN, "autoscaling": {"maxReplicas": 2}},
+                                           lambda s: world_for(s, nodes=4), {"Planned": ("False", "NoPrometheus")}),
+    "autoscaling beyond the pool": Case({**QWEN, "autoscaling": {"maxReplicas": 5, "prometheusAddress": PROM}},
+                                        lambda s: world_for(s, nodes=4, keda=True),
+                                        {"Planned": ("False", "TooManyReplicas")}),
+    "autoscaling without KEDA": Case({**QWEN, "autoscaling": {"maxReplicas": 2, "prometheusAddress": PROM}},
+                                     lambda s: world_for(s, nodes=4), {"Planned": ("False", "NoKEDA")}),
+    "autoscaling with KEDA": Case({**QWEN, "autoscaling": {"maxReplicas": 2, "prometheusAddress": PROM}},
+                                  lambda s: answered(s, world_for(s, nodes=4, keda=True), available()),
+                                  {"Planned": ("True", "Planned"), "Ready": ("True", "Available")}, applies=True),
+    "the apply refused": Case(QWEN, lambda s: dataclasses.replace(_ready(s), applied=Applied(rejected="denied")),
+                              {"Planned": ("False", "ApplyRejected")}, absent=("Ready",)),
+    "written, then the workload read again": Case(
+        QWEN, lambda s: dataclasses.replace(answered(s, world_for(s), None), applied=Applied(view=available())),
+        {"Planned": ("True", "Planned"), "Ready": ("True", "Available")}, applies=True),
+    "the model cache downloading": Case(CACHED, lambda s: answered(s, _cache(s, world_for(s), "Downloading")),
+                                        {"ModelCached": ("False", "Downloading"), "Planned": ("True", "Planned")},
+                                        applies=True),
+    "the model cache complete": Case(CACHED, lambda s: answered(s, _cache(s, world_for(s), "Complete"),
+                                                                available()),
+                                     {"ModelCached": ("True", "Cached"), "Ready": ("True", "Available")},
+                                     applies=True),
+    "the model cache failed": Case(CACHED, lambda s: answered(s, _cache(s, world_for(s), "Failed")),
+                                   {"ModelCached": ("False", "CacheFailed")}, applies=True),
+}
+
+
+def _conditions(intent: Intent) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c.get("reason", "")) for c in intent.conditions}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_desired_writes_each_condition(name: str) -> None:
+    case = CASES[name]
+    world = case.world(case.spec)
+    intent = desired(case.spec, {}, world, NOW)
+    assert intent.asks is None, f"{name}: still asks {intent.asks}"
+    got = _conditions(intent)
+    for type_, (status, reason) in case.expect.items():
+        assert type_ in got, f"{name}: no {type_} in {got}"
+        assert got[type_][0] == status, f"{name}: {type_} is {got[type_]}"
+        if reason:
+            assert got[type_][1] == reason, f"{name}: {type_} is {got[type_]}"
+    for type_ in case.absent:
+        assert type_ not in got, f"{name}: {type_} written"
+    assert intent.retry is case.retry, name
+    assert bool(intent.objects) is case.applies, name
+    assert intent.status["conditions"] == intent.conditions  # a first pass: every condition is new
+    assert {c["lastTransitionTime"] for c in intent.conditions} == {"2031-05-17T08:30:00Z"}  # the clock given
+
+
+def test_desired_asks_for_the_workload_and_evidence_of_the_plan_in_force_first() -> None:
+    world = world_for(QWEN)
+    first = desired(QWEN, {}, world, NOW)
+    assert first.asks is not None and not first.objects and not first.conditions and first.step is None
+    assert first.asks.cache is None and first.asks.workload is not None and first.asks.evidence is not None
+    assert first.asks.evidence.plan_hash == first.asks.workload.plan_hash
+    assert (first.asks.workload.name, first.asks.workload.namespace) == (NAME, NAMESPACE)
+    # a workload read for another plan is asked for again, for this one
+    stale = dataclasses.replace(world, workload=WorkloadView("another-plan", available()),
+                                evidence=Evidence(plan_id="another-plan"))
+    again = desired(QWEN, {}, stale, NOW).asks
+    assert again is not None and again.workload == first.asks.workload
+
+
+def test_desired_asks_for_the_cache_before_the_workload() -> None:
+    world = world_for(CACHED)
+    asked = desired(CACHED, {}, world, NOW).asks
+    assert asked is not None and asked.cache is not None and asked.workload is None
+    assert asked.cache.namespace == NAMESPACE and asked.known_cache is None
+    then = desired(CACHED, {}, _cache(CACHED, world, "Pending"), NOW).asks
+    assert then is not None and then.workload is not None  # the plan in force is rendered with the claim
+
+
+def test_desired_is_pure() -> None:
+    """The same inputs give the same Intent, and the inputs are not changed."""
+    world = _ready(QWEN)
+    status: dict[str, Any] = {"conditions": [{"type": "Planned", "status": "False", "reason": "Infeasible"}]}
+    before = copy.deepcopy(status), copy.deepcopy(QWEN)
+    first, second = desired(QWEN, status, world, NOW), desired(QWEN, status, world, NOW)
+    assert first == second
+    assert (status, QWEN) == before
+
+
+def test_a_second_pass_on_its_own_status_writes_nothing() -> None:
+    """desired() on the status it gave, with the same world, changes no key (the reconcile writes nothing)."""
+    world = _ready(QWEN)
+    first = desired(QWEN, {}, world, NOW)
+    status = dict(first.status)
+    second = desired(QWEN, status, answered(QWEN, world_for(QWEN), available(), status=status), NOW)
+    assert second.asks is None and second.status == {} and second.events == []
+    assert second.objects == first.objects  # applied again: the apply writes only what changed
+
+
+def test_a_refused_adapter_is_said_in_admissions_words() -> None:
+    spec = {**QWEN, "lora": {"adapters": [{"name": "a", "source": "hf://acme/a"}], "maxLoraRank": 8}}
+    read = AdapterReading(configs={"a": AdapterConfig(rank=64, base_model=None)})
+    world = dataclasses.replace(world_for(spec), adapters=read)
+    intent = desired(spec, {}, world, NOW)
+    assert _conditions(intent)["Planned"] == ("False", "LoRAAdapterRefused") and not intent.retry
+    assert intent.settled  # the same inputs refuse again: a resync may stay quiet
+    assert intent.events and intent.events[0][:2] == ("Warning", "LoRAAdapterRefused")
