@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, SourceStatus
 from llm_autopilot.controller.kube import LogUnavailable, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import (
     MetricsSource,
@@ -29,7 +29,7 @@ from llm_autopilot.controller.metrics import (
     SaturationSource,
 )
 from llm_autopilot.controller.settings import OperatorSettings
-from llm_autopilot.controller.sources import resolve_spec_model
+from llm_autopilot.controller.sources import resolve_spec_source
 from llm_autopilot.desired.world import GPUNode, World
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.hub.client import HubClient, ModelFiles
@@ -201,10 +201,18 @@ def read_model(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource, setti
                volume: ModelFiles | None = None) -> ModelArchitecture:
     """The model's architecture from its source (``volume``: what a pvc:// source's inspect Job read); raises
     ModelResolutionError (and its kinds) or SecretUnreadable."""
-    return resolve_spec_model(
+    return read_model_source(spec, namespace, kube, settings, volume)[0]
+
+
+def read_model_source(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource, settings: OperatorSettings,
+                      volume: ModelFiles | None = None, recorded: SourceStatus | None = None,
+                      ) -> tuple[ModelArchitecture, SourceStatus | None]:
+    """:func:`read_model`, and what an s3:// source's reading leaves for status.source (``recorded``: the one
+    kept there, so unchanged objects are not read again)."""
+    return resolve_spec_source(
         spec, hub=LazyTokenHubClient(lambda: hub_token(spec, namespace, kube), timeout=settings.hub_timeout_seconds),
         secret=lambda name, key, what: secret(kube, namespace, name, key, what),
-        timeout=settings.hub_timeout_seconds, volume=volume)
+        timeout=settings.hub_timeout_seconds, volume=volume, recorded=recorded)
 
 
 def read_live(kube: WorldSource, name: str, namespace: str, lws_available: bool) -> Live:
@@ -226,11 +234,12 @@ def crd_installed(kube: WorldSource, name: str) -> bool:
 
 
 def read_world(spec: LLMDeploymentSpec, name: str, namespace: str, kube: WorldSource,
-               settings: OperatorSettings, volume: ModelFiles | None = None) -> World:
+               settings: OperatorSettings, volume: ModelFiles | None = None,
+               recorded: SourceStatus | None = None) -> World:
     """Everything one reconcile of namespace/name decides on, read once before deciding: the model first (its
-    failure is the reconcile's answer), then the GPU nodes, the CRDs (KEDA's only when spec.autoscaling asks for
-    it) and the live shapes."""
-    model, nodes = read_model(spec, namespace, kube, settings, volume), read_nodes(kube)
+    failure is the reconcile's answer; ``recorded``: status.source, an s3:// source's kept reading), then the
+    GPU nodes, the CRDs (KEDA's only when spec.autoscaling asks for it) and the live shapes."""
+    (model, source), nodes = read_model_source(spec, namespace, kube, settings, volume, recorded), read_nodes(kube)
     asked = (groups.LWS_CRD, *((KEDA_CRD,) if spec.autoscaling is not None else ()))
     crds = frozenset(c for c in asked if crd_installed(kube, c))
-    return World(model, nodes, crds, read_live(kube, name, namespace, groups.LWS_CRD in crds))
+    return World(model, nodes, crds, read_live(kube, name, namespace, groups.LWS_CRD in crds), source)

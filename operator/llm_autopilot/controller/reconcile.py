@@ -22,7 +22,7 @@ from llm_autopilot.api import convert
 from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
 from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.lora import pinned_adapters
-from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
+from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus, SourceStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
 from llm_autopilot.controller import adapters, cache_step, inspect_step, telemetry
 from llm_autopilot.controller.gather import (
@@ -418,10 +418,13 @@ class Reconciler:
                                           self.status.get("source"))
         if found is not None and found.failure is not None:
             return self.inspecting(found)
-        self.report_source(found)
+        self.report_source(found.status if found is not None else None)
         try:
             world = read_world(spec, self.owner.name, self.owner.namespace, self.kube, self.settings,
-                               volume=found.files if found is not None else None)
+                               volume=found.files if found is not None else None,
+                               recorded=inspect_step.recorded_source(self.status.get("source")))
+            if world.source is not None:  # an s3:// source's reading
+                self.report_source(world.source)
             ctx = context_of(spec, world, self.settings)
         except UnknownGPUError as exc:
             return self.fail("UnknownGPU", str(exc))
@@ -488,15 +491,19 @@ class Reconciler:
         self.report_cache()
         return self.finish()
 
-    def report_source(self, found: inspect_step.Inspection | None) -> None:
-        """status.source: what a pvc:// source's inspect Job read (removed when no inspection is needed)."""
-        value = found.status.model_dump(by_alias=True, exclude_none=True) if found and found.status else None
+    def report_source(self, found: SourceStatus | None) -> None:
+        """status.source: what a pvc:// source's inspect Job or an s3:// source's reading found (removed when
+        nothing was read)."""
+        value = found.model_dump(by_alias=True, exclude_none=True) if found is not None else None
         if _changed(self.status, "source", value):
-            self.out.status["source"] = value
+            old = self.status.get("source")  # a merge patch: the fields it no longer has go as nulls
+            self.out.status["source"] = {**dict.fromkeys(old), **value} if value and isinstance(old, dict) else value
+        else:  # as it was: undo an earlier call of this reconcile
+            self.out.status.pop("source", None)
 
     def inspecting(self, found: inspect_step.Inspection) -> Outcome:
         """Planned=False while a pvc:// source is inspected or cannot be: only the inspect Job is applied."""
-        self.report_source(found)
+        self.report_source(found.status)
         assert found.failure is not None
         if found.objects:
             try:

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from llm_autopilot.api.v1alpha1 import SourceStatus
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.render.workload import Live
 
@@ -31,6 +32,8 @@ class World:
     crds: frozenset[str] = frozenset()
     #: the shapes that exist; ``live.deployment`` is whether a Deployment of the object's name exists at all
     live: Live = dataclasses.field(default_factory=Live)
+    #: what an s3:// source's reading leaves for status.source (None for the other sources)
+    source: SourceStatus | None = None
 
     def node_pairs(self) -> Iterable[tuple[Mapping[str, str], int]]:
         """(labels, allocatable GPUs) per node: what the pool computation reads."""
