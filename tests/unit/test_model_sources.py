@@ -186,6 +186,22 @@ def test_a_kept_s3_reading_counts_only_for_the_same_objects_at_the_same_endpoint
     assert run.status["source"]["uri"] == "s3://models/tiny" and "claimUID" not in run.status["source"]
 
 
+def test_a_store_without_etags_is_read_each_time(s3_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = Store.__call__
+
+    def without_etags(self: Store, request: httpx.Request) -> httpx.Response:
+        answer = plain(self, request)
+        return httpx.Response(answer.status_code, content=answer.content,
+                              headers={k: v for k, v in answer.headers.items() if k != "etag"})
+
+    monkeypatch.setattr(Store, "__call__", without_etags)
+    run = Run(S3_TINY, cluster=FakeCluster(secrets=dict(S3_SECRETS)))
+    for _ in range(2):
+        run.once()
+        assert run.condition("Planned")["status"] == "True"
+        assert ("GET", "config.json") in _calls(s3_store)
+
+
 def test_an_s3_source_described_inline_keeps_no_reading(s3_store: Store) -> None:
     arch = {_camel(k): v for k, v in CONFIG.items() if k not in ("architectures", "model_type")}
     run = Run(S3_TINY, cluster=FakeCluster(secrets=dict(S3_SECRETS)))

@@ -63,6 +63,7 @@ class S3ModelReader:
             seen = [SourceObject(key=o.key, etag=o.etag, size=o.size) for o in objects]
             kept = self._recorded
             if (kept is not None and kept.state == "Inspected" and kept.config is not None and kept.claim_uid is None
+                    and all(o.etag for o in seen)  # a store without ETags: the size alone proves nothing
                     and (kept.uri, kept.endpoint, kept.objects) == (self._source.uri, self._endpoint, seen)):
                 self.status = kept
                 return ModelFiles(dict(kept.config), kept.checkpoint_bytes)
