@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,10 @@ V = str(DEFAULT_VLLM_VERSION)
 H100 = {"product": "nvidia-h100-80gb"}
 PVC_QWEN = {"model": {"name": "Qwen/Qwen3-8B", "source": "pvc://models/qwen/Qwen3-8B"}, "gpu": H100,
             "serving": {"maxModelLen": 16384}}
-S3_TINY = {"model": {"name": "acme/tiny-llama", "source": "s3://models/tiny",
-                     "s3": {"endpoint": "http://s3.local:8333", "credentialsSecretRef": {"name": "s3-keys"}},
-                     "cache": {"enabled": True}},
-           "gpu": H100}
+S3_TINY_MODEL: dict[str, Any] = {
+    "name": "acme/tiny-llama", "source": "s3://models/tiny",
+    "s3": {"endpoint": "http://s3.local:8333", "credentialsSecretRef": {"name": "s3-keys"}}, "cache": {"enabled": True}}
+S3_TINY = {"model": S3_TINY_MODEL, "gpu": H100}
 S3_SECRETS = {("ns", "s3-keys", "AWS_ACCESS_KEY_ID"): KEY.access_key_id,
               ("ns", "s3-keys", "AWS_SECRET_ACCESS_KEY"): KEY.secret_access_key}
 
@@ -116,9 +117,102 @@ def test_an_s3_model_is_planned_from_its_own_config_without_the_hub(s3_store: St
     run.once()
     assert run.condition("Planned")["status"] == "True"
     assert run.condition("ModelCached")["reason"] == "Pending"  # the download Job is created
-    assert [r.url.path for r in s3_store.requests][:2] == ["/models/tiny/config.json"] * 2  # HEAD, GET
+    assert [(r.method, r.url.path) for r in s3_store.requests] == [
+        ("HEAD", "/models/tiny/config.json"), ("HEAD", "/models/tiny/model.safetensors.index.json"),
+        ("HEAD", "/models/tiny/hf_quant_config.json"),
+        ("GET", "/models/tiny/config.json"), ("GET", "/models/tiny/model.safetensors.index.json")]
     assert all(r.url.host == "s3.local" for r in s3_store.requests)
     assert run.cluster.secret_reads == 2
+
+
+def _calls(store: Store) -> list[tuple[str, str]]:
+    calls = [(r.method, r.url.path.removeprefix("/models/tiny/")) for r in store.requests]
+    store.requests.clear()
+    return calls
+
+
+HEADS = [("HEAD", "config.json"), ("HEAD", "model.safetensors.index.json"), ("HEAD", "hf_quant_config.json")]
+
+
+def test_an_unchanged_s3_source_is_not_read_again(s3_store: Store) -> None:
+    """Each full reconcile HEADs the objects; config.json and the index are GET again only when an ETag or size
+    changes (status.source keeps the reading, as it keeps a pvc:// inspection with the claim's uid)."""
+    run = Run(S3_TINY, cluster=FakeCluster(secrets=dict(S3_SECRETS)))
+    run.once()
+    assert _calls(s3_store) == [*HEADS, ("GET", "config.json"), ("GET", "model.safetensors.index.json")]
+    source = run.status["source"]
+    etag = hashlib.md5(s3_store.objects["tiny/config.json"]).hexdigest()
+    assert (source["uri"], source["endpoint"], source["state"]) == ("s3://models/tiny", "http://s3.local:8333",
+                                                                    "Inspected")
+    assert source["objects"][0] == {"key": "tiny/config.json", "etag": etag,
+                                    "size": len(s3_store.objects["tiny/config.json"])}
+    assert (source["config"]["hidden_size"], source["checkpointBytes"]) == (64, 4 * 10**8)
+    kv_per_token = run.status["plan"]["memory"]["kvBytesPerToken"]
+    for _ in range(2):
+        run.once()
+        assert _calls(s3_store) == HEADS
+        assert run.condition("Planned")["status"] == "True"
+    assert run.status["source"] == source
+
+    # replaced in place: config.json's ETag changes, so the files are read again and the plan follows
+    s3_store.objects["tiny/config.json"] = json.dumps({**CONFIG, "num_hidden_layers": 4}).encode()
+    run.once()
+    assert _calls(s3_store) == [*HEADS, ("GET", "config.json"), ("GET", "model.safetensors.index.json")]
+    assert run.status["plan"]["memory"]["kvBytesPerToken"] == 2 * kv_per_token
+    run.once()
+    assert _calls(s3_store) == HEADS
+    # the weights replaced: the index's ETag and size change
+    s3_store.objects["tiny/model.safetensors.index.json"] = json.dumps({"metadata": {"total_size": 8 * 10**8}}).encode()
+    run.once()
+    assert _calls(s3_store) == [*HEADS, ("GET", "config.json"), ("GET", "model.safetensors.index.json")]
+    assert run.status["source"]["checkpointBytes"] == 8 * 10**8
+
+
+@pytest.mark.parametrize("tamper", [
+    {"endpoint": "http://elsewhere:8333"},  # read from another store
+    {"uri": "s3://models/other"},  # another source
+    {"claimUID": "uid-1"},  # a pvc:// inspection
+    {"state": "Failed"},
+    {"objects": []},
+])
+def test_a_kept_s3_reading_counts_only_for_the_same_objects_at_the_same_endpoint(
+        s3_store: Store, tamper: dict[str, Any]) -> None:
+    run = Run(S3_TINY, cluster=FakeCluster(secrets=dict(S3_SECRETS)))
+    run.once()
+    _calls(s3_store)
+    run.status["source"] = {**run.status["source"], **tamper}
+    run.once()
+    assert ("GET", "config.json") in _calls(s3_store)
+    assert run.status["source"]["uri"] == "s3://models/tiny" and "claimUID" not in run.status["source"]
+
+
+def test_a_store_without_etags_is_read_each_time(s3_store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = Store.__call__
+
+    def without_etags(self: Store, request: httpx.Request) -> httpx.Response:
+        answer = plain(self, request)
+        return httpx.Response(answer.status_code, content=answer.content,
+                              headers={k: v for k, v in answer.headers.items() if k != "etag"})
+
+    monkeypatch.setattr(Store, "__call__", without_etags)
+    run = Run(S3_TINY, cluster=FakeCluster(secrets=dict(S3_SECRETS)))
+    for _ in range(2):
+        run.once()
+        assert run.condition("Planned")["status"] == "True"
+        assert ("GET", "config.json") in _calls(s3_store)
+
+
+def test_an_s3_source_described_inline_keeps_no_reading(s3_store: Store) -> None:
+    arch = {_camel(k): v for k, v in CONFIG.items() if k not in ("architectures", "model_type")}
+    run = Run(S3_TINY, cluster=FakeCluster(secrets=dict(S3_SECRETS)))
+    run.once()
+    assert "source" in run.status
+    _calls(s3_store)
+    model = {**S3_TINY_MODEL, "architecture": arch | {"weightBytes": 10**9}}
+    run.spec = {**S3_TINY, "model": model}
+    run.once()
+    assert run.condition("Planned")["status"] == "True", run.condition("Planned")
+    assert "source" not in run.status and _calls(s3_store) == []
 
 
 def test_a_missing_s3_secret_says_which(s3_store: Store) -> None:

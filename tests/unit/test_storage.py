@@ -12,7 +12,7 @@ import pytest
 
 from llm_autopilot.api.sources import HubSource, PVCSource, S3Source, SourceError, parse_source
 from llm_autopilot.storage import sigv4
-from llm_autopilot.storage.s3 import S3Client, S3Error, read_model_files
+from llm_autopilot.storage.s3 import S3Client, S3Error, model_objects, read_model_files
 
 # --- SigV4: the examples AWS publishes ------------------------------------------------------------------
 
@@ -158,6 +158,24 @@ def test_the_planner_reads_config_and_index_from_s3() -> None:
     assert files.checkpoint_bytes == 123456
     assert all(r.url.host == "s3.local" and r.url.path.startswith("/models") for r in store.requests)
     assert store.requests[0].url.path == "/models/tiny/config.json"
+
+
+def test_the_objects_read_are_found_by_head_and_read_once() -> None:
+    """model_objects HEADs what read_model_files reads (a missing hf_quant_config.json costs no bucket HEAD);
+    given them, read_model_files GETs each JSON once and HEADs nothing."""
+    store = Store({"tiny/config.json": json.dumps(CONFIG).encode(),
+                   "tiny/model.safetensors.index.json": json.dumps({"metadata": {"total_size": 123456}}).encode()})
+    s3, source = client(store), S3Source("models", "tiny")
+    objects = model_objects(s3, source)
+    assert [(o.key, o.size, o.etag) for o in objects] == [
+        (f"tiny/{name}", len(store.objects[f"tiny/{name}"]), hashlib.md5(store.objects[f"tiny/{name}"]).hexdigest())
+        for name in ("config.json", "model.safetensors.index.json")]
+    assert [r.method for r in store.requests] == ["HEAD"] * 3
+    store.requests.clear()
+    files = read_model_files(s3, source, objects)
+    assert [(r.method, r.url.path) for r in store.requests] == [
+        ("GET", "/models/tiny/config.json"), ("GET", "/models/tiny/model.safetensors.index.json")]
+    assert (files.config["hidden_size"], files.checkpoint_bytes) == (64, 123456)
 
 
 def test_without_an_index_the_single_file_size_counts() -> None:

@@ -1007,17 +1007,29 @@ class CacheStatus(APIModel):
     message: str = Field("", description="Why a download failed.")
 
 
-class SourceStatus(APIModel):
-    """What the operator read from a pvc:// source (its inspect Job), for the planner: kept until the source or
-    the claim changes, so the volume is inspected once."""
+class SourceObject(APIModel):
+    """One S3 object the operator read, as a HEAD shows it: a new ETag or size means it changed."""
 
-    uri: str = Field(description="The source inspected (spec.model.source).")
-    claim_uid: str = Field(alias="claimUID", description="The uid of the PersistentVolumeClaim inspected.")
+    key: str = Field(description="The object's key.")
+    etag: str = Field(description="Its ETag (without quotes).")
+    size: int = Field(ge=0, description="Its size in bytes.")
+
+
+class SourceStatus(APIModel):
+    """What the operator read from a pvc:// source (its inspect Job) or an s3:// source (config.json and the
+    safetensors index), for the planner: kept until the source, the claim or an object's ETag changes, so the
+    files are read once."""
+
+    uri: str = Field(description="The source read (spec.model.source).")
+    claim_uid: str | None = Field(None, alias="claimUID", description="The uid of the PersistentVolumeClaim inspected.")
+    endpoint: str | None = Field(None, description="The S3 endpoint the objects were read from.")
+    objects: list[SourceObject] | None = Field(
+        None, description="The S3 objects read, with their ETags: a HEAD of each tells whether they changed.")
     state: Literal["Inspecting", "Inspected", "Failed"] = Field(description="Where the inspection is.")
     job_name: str | None = Field(None, description="The inspect Job.")
     config: dict[str, Any] | None = Field(
-        None, description="config.json's fields the planner reads, as read from the volume.")
-    checkpoint_bytes: int | None = Field(None, ge=0, description="Bytes of the *.safetensors files on the volume.")
+        None, description="config.json's fields the planner reads, as read from the source.")
+    checkpoint_bytes: int | None = Field(None, ge=0, description="Bytes of the *.safetensors files.")
     weight_files: int | None = Field(None, ge=0, description="Weight files (*.safetensors) on the volume.")
     files: int | None = Field(None, ge=0, description="Files in the model's folder.")
     message: str = Field("", description="Why the inspection failed.")
@@ -1076,7 +1088,8 @@ class LLMDeploymentStatus(APIModel):
     conditions: list[Condition] = Field(default_factory=list, description="Planned, Ready, Degraded...")
     remediation: RemediationStatus | None = Field(None, description="Remediation rung and history.")
     cache: CacheStatus | None = Field(None, description="The model cache's download (spec.model.cache).")
-    source: SourceStatus | None = Field(None, description="What was read from a pvc:// source's volume.")
+    source: SourceStatus | None = Field(
+        None, description="What was read from a pvc:// source's volume or an s3:// source's objects.")
     verification: VerificationStatus | None = Field(
         None, description="The plan's KV cache against what the running vLLM reports (the PlanVerified condition).")
 

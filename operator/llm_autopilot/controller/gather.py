@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
-from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, SourceStatus
 from llm_autopilot.controller.adapters import read_adapter_configs
 from llm_autopilot.controller.kube import LogUnavailable, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import (
@@ -29,8 +29,8 @@ from llm_autopilot.controller.metrics import (
     SaturationSource,
 )
 from llm_autopilot.controller.settings import OperatorSettings
-from llm_autopilot.controller.sources import resolve_spec_model
-from llm_autopilot.desired.world import AdapterReading, GPUNode, Target, World
+from llm_autopilot.controller.sources import resolve_spec_source
+from llm_autopilot.desired.world import AdapterReading, GPUNode, SourceView, Target, World
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError
@@ -189,10 +189,18 @@ def read_model(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource, setti
                volume: ModelFiles | None = None) -> ModelArchitecture:
     """The model's architecture from its source (``volume``: what a pvc:// source's inspect Job read); raises
     ModelResolutionError (and its kinds) or SecretUnreadable."""
-    return resolve_spec_model(
+    return read_model_source(spec, namespace, kube, settings, volume)[0]
+
+
+def read_model_source(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource, settings: OperatorSettings,
+                      volume: ModelFiles | None = None, recorded: SourceStatus | None = None,
+                      ) -> tuple[ModelArchitecture, SourceStatus | None]:
+    """:func:`read_model`, and what an s3:// source's reading leaves for status.source (``recorded``: the one
+    kept there, so unchanged objects are not read again)."""
+    return resolve_spec_source(
         spec, hub=LazyTokenHubClient(lambda: hub_token(spec, namespace, kube), timeout=settings.hub_timeout_seconds),
         secret=lambda name, key, what: secret(kube, namespace, name, key, what),
-        timeout=settings.hub_timeout_seconds, volume=volume)
+        timeout=settings.hub_timeout_seconds, volume=volume, recorded=recorded)
 
 
 def read_live(kube: WorldSource, name: str, namespace: str, lws_available: bool) -> Live:
@@ -221,12 +229,15 @@ def read_adapters(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource,
 
 
 def read_world(spec: LLMDeploymentSpec, name: str, namespace: str, kube: WorldSource,
-               settings: OperatorSettings, volume: ModelFiles | None = None) -> World:
+               settings: OperatorSettings, volume: ModelFiles | None = None,
+               recorded: SourceStatus | None = None) -> World:
     """Everything one reconcile of namespace/name decides on, read once before deciding: the model first (its
-    failure is the reconcile's answer), then the GPU nodes, the CRDs (KEDA's only when spec.autoscaling asks for
-    it), the live shapes and the LoRA adapters' configs."""
-    model, nodes = read_model(spec, namespace, kube, settings, volume), read_nodes(kube)
+    failure is the reconcile's answer; ``recorded``: status.source, an s3:// source's kept reading, which the
+    World's ``source`` then carries), then the GPU nodes, the CRDs (KEDA's only when spec.autoscaling asks for it),
+    the live shapes and the LoRA adapters' configs."""
+    (model, reading), nodes = read_model_source(spec, namespace, kube, settings, volume, recorded), read_nodes(kube)
     asked = (groups.LWS_CRD, *((KEDA_CRD,) if spec.autoscaling is not None else ()))
     crds = frozenset(c for c in asked if crd_installed(kube, c))
     return World(model, nodes, crds, read_live(kube, name, namespace, groups.LWS_CRD in crds),
-                 adapters=read_adapters(spec, namespace, kube, settings))
+                 adapters=read_adapters(spec, namespace, kube, settings),
+                 source=SourceView(reading) if reading is not None else None)

@@ -73,7 +73,8 @@ def observe_spec(kube: InspectCluster, owner: Owner, spec: LLMDeploymentSpec, im
     return observe(kube, owner, spec, source, image, recorded_raw) if source is not None else None
 
 
-def _recorded(raw: Any) -> SourceStatus | None:
+def recorded_source(raw: Any) -> SourceStatus | None:
+    """status.source as the operator wrote it; None for anything else."""
     try:
         return SourceStatus.model_validate(raw) if isinstance(raw, dict) else None
     except ValidationError:
@@ -130,7 +131,7 @@ def observe(kube: InspectCluster, owner: Owner, spec: LLMDeploymentSpec, source:
             f"{namespace}: create it with the model's folder ({source.path or 'its root'}) on it, or correct "
             "spec.model.source; nothing is deployed until the operator has read config.json there")))
     claim_uid = str((claim.get("metadata") or {}).get("uid") or "")
-    recorded = _recorded(recorded_raw)
+    recorded = recorded_source(recorded_raw)
     if (recorded is not None and recorded.uri == source.uri and recorded.claim_uid == claim_uid
             and recorded.state == "Inspected" and recorded.config is not None):
         return Inspection(recorded, files=ModelFiles(dict(recorded.config), recorded.checkpoint_bytes))

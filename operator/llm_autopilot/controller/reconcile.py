@@ -248,7 +248,8 @@ class Reconciler:
             return dataclasses.replace(base, model=Unresolved(*found.failure), source=source)
         try:
             world = read_world(spec, self.owner.name, self.owner.namespace, self.kube, self.settings,
-                               volume=found.files if found is not None else None)
+                               volume=found.files if found is not None else None,
+                               recorded=inspect_step.recorded_source(self.status.get("source")))
         except UnknownGPUError as exc:
             return dataclasses.replace(base, model=Unresolved("UnknownGPU", str(exc)), source=source)
         except VersionError as exc:
@@ -261,7 +262,7 @@ class Reconciler:
             return dataclasses.replace(base, model=Unresolved("ModelUnresolved", str(exc), retry=True),
                                        source=source)
         return dataclasses.replace(world, owner=self.owner, generation=self.generation, operator=self.settings,
-                                   source=source)
+                                   source=source or world.source)  # world.source: an s3:// source's reading
 
     def settle(self, spec_body: dict[str, Any], world: World) -> tuple[Intent, World]:
         """desired() on the World, reading what it asks for until it decides."""

@@ -479,10 +479,12 @@ class _Pass:
         return self.finish()
 
     def report_source(self, found: SourceView | None) -> None:
-        """status.source: what a pvc:// source's inspect Job read (removed when no inspection is needed)."""
+        """status.source: what a pvc:// source's inspect Job or an s3:// source's reading found (removed when
+        nothing was read)."""
         value = found.status.model_dump(by_alias=True, exclude_none=True) if found and found.status else None
         if _changed(self.status, "source", value):
-            self.out.status["source"] = value
+            old = self.status.get("source")  # a merge patch: the fields it no longer has go as nulls
+            self.out.status["source"] = {**dict.fromkeys(old), **value} if value and isinstance(old, dict) else value
 
     def inspecting(self, found: SourceView) -> Intent:
         """Planned=False while a pvc:// source is inspected or cannot be: only the inspect Job is applied."""

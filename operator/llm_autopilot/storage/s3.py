@@ -131,11 +131,12 @@ class S3Client:
             return f"access to {where} was denied ({code or 403}): {hint}"
         return f"the S3 store answered {response.status_code} {code} for {where}".rstrip()
 
-    def head(self, bucket: str, key: str) -> ObjectInfo | None:
-        """The object's size and ETag; None when it does not exist."""
+    def head(self, bucket: str, key: str, *, bucket_known: bool = False) -> ObjectInfo | None:
+        """The object's size and ETag; None when it does not exist (``bucket_known``: the bucket was just seen,
+        so a 404 is the object's and needs no second HEAD to say which)."""
         response = self._request("HEAD", bucket, key)
         if response.status_code == 404:
-            if not self.bucket_exists(bucket):
+            if not bucket_known and not self.bucket_exists(bucket):
                 raise S3Error(f"bucket {bucket!r} does not exist at {self._endpoint}")
             return None
         return ObjectInfo(key, int(response.headers.get("content-length", "0")),
@@ -147,11 +148,13 @@ class S3Client:
     def get(self, bucket: str, key: str, *, max_bytes: int = _JSON_MAX_BYTES) -> bytes | None:
         """A small object's content; None when it does not exist."""
         info = self.head(bucket, key)
-        if info is None:
-            return None
+        return self.get_known(bucket, info, max_bytes=max_bytes) if info is not None else None
+
+    def get_known(self, bucket: str, info: ObjectInfo, *, max_bytes: int = _JSON_MAX_BYTES) -> bytes | None:
+        """The content of an object a HEAD just found (``info``); None when it went since."""
         if info.size > max_bytes:
-            raise S3Error(f"s3://{bucket}/{key} is {info.size} bytes, more than the {max_bytes} expected")
-        response = self._request("GET", bucket, key)
+            raise S3Error(f"s3://{bucket}/{info.key} is {info.size} bytes, more than the {max_bytes} expected")
+        response = self._request("GET", bucket, info.key)
         if response.status_code == 404:
             return None
         return response.content
@@ -200,19 +203,42 @@ def _json(data: bytes, where: str) -> dict[str, Any]:
     return value
 
 
-def read_model_files(client: S3Client, source: S3Source) -> ModelFiles:
-    """config.json, the safetensors index (or the single file's size) and hf_quant_config.json from S3."""
-    config = client.get(source.bucket, source.key(CONFIG))
+def model_objects(client: S3Client, source: S3Source) -> tuple[ObjectInfo, ...]:
+    """The objects :func:`read_model_files` reads, found by HEAD: config.json, the safetensors index (else the
+    single weights file, whose size it reads), hf_quant_config.json, each when it exists. Their ETags and sizes
+    say whether a reading of them is still current (controller/sources.py keeps one in status.source)."""
+    config = client.head(source.bucket, source.key(CONFIG))
     if config is None:
         raise S3Error(f"{source.uri} has no config.json (looked for s3://{source.bucket}/{source.key(CONFIG)}); "
                       "check the prefix in spec.model.source")
-    index = client.get(source.bucket, source.key(SAFETENSORS_INDEX))
+    index = client.head(source.bucket, source.key(SAFETENSORS_INDEX), bucket_known=True)
+    single = client.head(source.bucket, source.key(SAFETENSORS_SINGLE), bucket_known=True) if index is None \
+        else None
+    modelopt = client.head(source.bucket, source.key(MODELOPT_QUANT_CONFIG), bucket_known=True)
+    return tuple(o for o in (config, index, single, modelopt) if o is not None)
+
+
+def read_model_files(client: S3Client, source: S3Source,
+                     objects: tuple[ObjectInfo, ...] | None = None) -> ModelFiles:
+    """config.json, the safetensors index (or the single file's size) and hf_quant_config.json from S3
+    (``objects``: what :func:`model_objects` just found; HEAD again without)."""
+    found = {o.key: o for o in (objects if objects is not None else model_objects(client, source))}
+
+    def content(filename: str) -> bytes | None:
+        info = found.get(source.key(filename))
+        return client.get_known(source.bucket, info) if info is not None else None
+
+    config = content(CONFIG)
+    if config is None:
+        raise S3Error(f"{source.uri} has no config.json (looked for s3://{source.bucket}/{source.key(CONFIG)}); "
+                      "check the prefix in spec.model.source")
+    index = content(SAFETENSORS_INDEX)
     if index is not None:
         size = _total_size(_json(index, f"{source.uri}/{SAFETENSORS_INDEX}"))
     else:
-        single = client.head(source.bucket, source.key(SAFETENSORS_SINGLE))
+        single = found.get(source.key(SAFETENSORS_SINGLE))
         size = single.size if single is not None else None
-    modelopt = client.get(source.bucket, source.key(MODELOPT_QUANT_CONFIG))
+    modelopt = content(MODELOPT_QUANT_CONFIG)
     return ModelFiles(_with_modelopt(_json(config, f"{source.uri}/{CONFIG}"),
                                      _json(modelopt, MODELOPT_QUANT_CONFIG) if modelopt else None), size)
 
