@@ -24,7 +24,7 @@ from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.lora import pinned_adapters
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
-from llm_autopilot.controller import adapters, cache_step, inspect_step, telemetry
+from llm_autopilot.controller import adapters, cache_step, inspect_step, lora_runtime, telemetry
 from llm_autopilot.controller.gather import (
     Gatherer,
     PodSource,
@@ -48,6 +48,7 @@ from llm_autopilot.controller.quiet import (
     unsettled,
 )
 from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.desired import lora_sync
 from llm_autopilot.desired.refusals import autoscaling_problem
 from llm_autopilot.desired.world import World
 from llm_autopilot.domain.precision import KVCacheDtype
@@ -260,9 +261,11 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     plan, spec = choice.result, ctx.spec
     served_name = spec.model.served_model_name or spec.model.name.removeprefix("hf://")
     local = cache.model_path() if ctx.cache_claim else model_volume.model_path(spec)
+    lora_runtime = lora_sync.runtime(spec, plan.config)
     args = render_vllm_args(plan, ServeOptions(served_model_name=served_name,
                                                revision=None if local else spec.model.revision,
-                                               extra_args=tuple(spec.vllm.extra_args), model_path=local))
+                                               extra_args=tuple(spec.vllm.extra_args), model_path=local,
+                                               lora_modules=not lora_runtime))
     version = str(plan.config.vllm.version)
     host = host_memory(plan, spec.vllm.extra_args).total_gib
     fit = replicas_that_fit(plan.config, choice.pool) if choice.pool.nodes else None
@@ -276,7 +279,7 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
                             replicas=overrides.replicas, memory_limit_gib=overrides.memory_limit_gib,
                             host_memory_gib=host, prometheus_address=prometheus)
     inputs = dataclasses.replace(inputs, surge=rollout.can_surge(plan.config, choice.pool, inputs.replica_count),
-                                 cache_claim=ctx.cache_claim, held=not ctx.cache_complete)
+                                 cache_claim=ctx.cache_claim, held=not ctx.cache_complete, lora_runtime=lora_runtime)
     workload = children(inputs, live or Live())
     return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape,
                     choice.pool)
@@ -485,8 +488,16 @@ class Reconciler:
             view = workload_view(self.kube, final)
         self.report_plan(final, ctx, view)
         self.note_inputs(ctx, final)
+        self.report_lora(lora_runtime.sync(self.kube, self.owner, ctx.spec, final.plan.config))
         self.report_cache()
         return self.finish()
+
+    def report_lora(self, synced: lora_runtime.Synced) -> None:
+        """status.lora: where each adapter is served (what the pods' /v1/models said), and how changes apply."""
+        if _changed(self.status, "lora", synced.status):
+            self.out.status["lora"] = synced.status
+        self.out.events += synced.events
+        self.out.settled = self.out.settled and synced.settled
 
     def report_source(self, found: inspect_step.Inspection | None) -> None:
         """status.source: what a pvc:// source's inspect Job read (removed when no inspection is needed)."""
