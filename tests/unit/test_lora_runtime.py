@@ -56,6 +56,12 @@ UPDATES = {
     "several API servers, which vLLM refuses with it": (
         spec({"adapters": TWO, "runtimeUpdates": True}, vllm={"extraArgs": ["--api-server-count=2"]}), V032, 1,
         "extraArgs run 2 API servers"),
+    "several API servers, the short flag": (
+        spec({"adapters": TWO, "runtimeUpdates": True}, vllm={"extraArgs": ["-asc", "4"]}), V032, 1,
+        "extraArgs run 4 API servers"),
+    "one API server said explicitly": (
+        spec({"adapters": TWO, "runtimeUpdates": True}, vllm={"extraArgs": ["--api-server-count", "1"]}), V032, 1,
+        "RUNTIME"),
     "runtime": (spec({"adapters": TWO, "runtimeUpdates": True}), VLLMVersion(0, 33, 0), 1, "RUNTIME"),
 }
 

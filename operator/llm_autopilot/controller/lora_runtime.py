@@ -31,6 +31,8 @@ logger = logging.getLogger(__name__)
 #: a read of /v1/models; a load downloads the adapter from the Hub and loads it into the engine
 READ_SECONDS = 10.0
 LOAD_SECONDS = 120.0
+#: a pod the operator cannot reach costs this much per reconcile, not the read's whole timeout
+CONNECT_SECONDS = 3.0
 
 
 class PodLister(Protocol):
@@ -45,7 +47,8 @@ class VLLMAdapters:
     """vLLM's model list and its runtime LoRA calls on one server (``base``: ``http://ip:port``)."""
 
     def __init__(self, base: str, *, transport: httpx.BaseTransport | None = None) -> None:
-        self.client = httpx.Client(base_url=base, transport=transport, timeout=READ_SECONDS)
+        self.client = httpx.Client(base_url=base, transport=transport,
+                                   timeout=httpx.Timeout(READ_SECONDS, connect=CONNECT_SECONDS))
 
     def __enter__(self) -> VLLMAdapters:
         return self

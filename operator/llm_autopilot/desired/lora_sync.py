@@ -22,7 +22,8 @@ from llm_autopilot.vllm.versions import RUNTIME_LORA_UPDATING_READ, VLLMVersion,
 __all__ = ["Action", "PodView", "Served", "Updates", "actions", "lora_status", "runtime", "served_adapters",
            "settled", "updates_for", "wanted"]
 
-_API_SERVERS = "--api-server-count"
+#: ``--api-server-count`` and its short alias (vllm/data/flags.json)
+_API_SERVERS = frozenset({"--api-server-count", "-asc"})
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def _api_servers(extra_args: Sequence[str]) -> int:
     """``--api-server-count`` (or any spelling vLLM reads as it) in extraArgs; 1 when absent or unreadable."""
     count = 1
     for i, arg in enumerate(extra_args):
-        if _API_SERVERS not in named_options(arg):
+        if not _API_SERVERS & named_options(arg):
             continue
         value = arg.split("=", 1)[1] if "=" in arg else (extra_args[i + 1] if i + 1 < len(extra_args) else "")
         count = int(value) if value.isdigit() else count
