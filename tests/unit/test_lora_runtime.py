@@ -264,6 +264,27 @@ def test_the_status_is_what_the_pods_answered_not_what_was_asked() -> None:
     assert ("Warning", "LoRAAdapterFailed") in [(t, r) for t, r, _ in events] and not settled(status)
 
 
+def test_a_failure_already_in_the_status_is_not_a_second_warning() -> None:
+    server = FakeVLLM()
+    pod = {"metadata": {"name": "p-0"}, "status": {"podIP": "10.0.0.1", "ready": "True"}}
+
+    class Pods:
+        def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+            assert label_selector == "app.kubernetes.io/instance=x"
+            return [pod]
+
+    s = spec({"adapters": [{"name": "gone", "source": "org/gone"}], "maxLoras": 1, "maxLoraRank": 16,
+              "runtimeUpdates": True}, vllm={"version": "0.32.0"})
+    result = plan(PlanRequest(model("Qwen/Qwen3-8B"), gpu("nvidia-l4"), behaviour_of(V032), convert.targets(s)))
+    assert isinstance(result, Plan)
+    factory = clients({"10.0.0.1": server})
+    first = lora_runtime.sync(Pods(), Owner("x", "ns", "uid"), s, result.config, client=factory)
+    assert [r for _, r, _ in first.events] == ["LoRAAdapterFailed"] and not first.settled
+    again = lora_runtime.sync(Pods(), Owner("x", "ns", "uid"), s, result.config, previous=first.status,
+                              client=factory)
+    assert again.events == [] and again.status == first.status and len(server.calls) == 2  # tried, not reported
+
+
 def test_rollout_updates_only_read() -> None:
     servers = {"10.0.0.1": FakeVLLM(served={"old": "org/old"})}
     views, events = sync_pods(Updates(False, "off"), [SQL], PODS[:1], client=clients(servers))

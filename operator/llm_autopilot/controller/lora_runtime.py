@@ -157,14 +157,25 @@ class Synced:
     settled: bool = True
 
 
+def _repeated(event: tuple[str, str, str], previous: Mapping[str, Any] | None) -> bool:
+    """A failure the last status already reported (the same pod, the same answer): no second Warning per resync."""
+    type_, _, message = event
+    said = [str(a.get("message", "")) for key in ("adapters", "removing") for a in (previous or {}).get(key) or []
+            if isinstance(a, Mapping)]
+    _, _, where_and_why = message.partition(" on ")  # "load NAME on POD: ANSWER" -> "POD: ANSWER"
+    return type_ == "Warning" and any(where_and_why and where_and_why in m for m in said)
+
+
 def sync(kube: PodLister, owner: Owner, spec: LLMDeploymentSpec, config: ServingConfig, *,
-         client: Client | None = None) -> Synced:
-    """The reconcile's hook: after the children are written, bring the Ready pods' adapters to the spec."""
+         previous: Mapping[str, Any] | None = None, client: Client | None = None) -> Synced:
+    """The reconcile's hook: after the children are written, bring the Ready pods' adapters to the spec
+    (``previous``: status.lora as read, so a failure already reported is not an Event again)."""
     updates = lora_sync.updates_for(spec, config.vllm.version, nodes=config.nodes)
     if updates is None:
         return Synced()
     pods = ready_pods(kube.pods(owner.namespace, f"{INSTANCE_LABEL}={owner.name}"))
     views, events = sync_pods(updates, lora_sync.wanted(spec), pods, client=client)
+    events = [e for e in events if not _repeated(e, previous)]
     status = lora_sync.lora_status(updates, lora_sync.wanted(spec), views)
     for _, reason, message in events:
         logger.info("%s/%s: %s: %s", owner.namespace, owner.name, reason, message)

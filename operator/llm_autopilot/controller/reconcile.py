@@ -488,7 +488,8 @@ class Reconciler:
             view = workload_view(self.kube, final)
         self.report_plan(final, ctx, view)
         self.note_inputs(ctx, final)
-        self.report_lora(lora_runtime.sync(self.kube, self.owner, ctx.spec, final.plan.config))
+        self.report_lora(lora_runtime.sync(self.kube, self.owner, ctx.spec, final.plan.config,
+                                           previous=self.status.get("lora")))
         self.report_cache()
         return self.finish()
 
