@@ -24,6 +24,10 @@ from llm_autopilot.vllm.flags import examined_versions, known_flags
 from llm_autopilot.vllm.metrics import (
     KNOWN_NAMES,
     KV_CACHE_USAGE_NAMES,
+    LORA_MAX_LABEL,
+    LORA_REQUESTS_INFO,
+    LORA_RUNNING_LABEL,
+    LORA_WAITING_LABEL,
     TABLE,
     Metric,
     every_name,
@@ -105,6 +109,18 @@ def test_the_chart_reads_each_metric_under_every_name_a_release_used() -> None:
         for query in queries:
             used = set(SERIES.findall(query))
             assert not used & every or every <= used, f"{metric}: {sorted(every - used)} missing from {query}"
+
+
+def test_the_dashboard_shows_the_lora_adapters_running_and_waiting() -> None:
+    """vllm:lora_requests_info's newest series per pod, with its labels as vLLM names them (vllm/metrics.py)."""
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    lora = [p for p in panels if any(LORA_REQUESTS_INFO in q for q in _expressions(p))]
+    assert len(lora) == 1, [p["title"] for p in panels]
+    (query,) = list(_expressions(lora[0]))
+    assert query.startswith("topk by (namespace, llmdeployment, pod) (1, ") and SERIES.findall(query) == [
+        LORA_REQUESTS_INFO]
+    shown = lora[0]["transformations"][0]["options"]["includeByName"]
+    assert {LORA_RUNNING_LABEL, LORA_WAITING_LABEL, LORA_MAX_LABEL} <= set(shown), shown
 
 
 # ---- the operator and the simulator -------------------------------------------------------------------------

@@ -780,6 +780,12 @@ class LoRASpec(APIModel):
         json_schema_extra={"minimum": 1, "maximum": 512})
     max_cpu_loras: int | None = Field(None, alias="maxCPULoras", ge=1, le=1024,
                                       description="Adapters cached in host memory (--max-cpu-loras), >= maxLoras.")
+    runtime_updates: bool = Field(
+        False, description="Add and remove adapters on the running pods through vLLM's /v1/load_lora_adapter and "
+        "/v1/unload_lora_adapter (VLLM_ALLOW_RUNTIME_LORA_UPDATING), without a rollout, where the vLLM version "
+        "supports it (status.lora.updates says which applies). Off by default: vLLM calls these endpoints a "
+        "development feature (whoever reaches a pod's port may load an adapter). A change of maxLoras or "
+        "maxLoraRank (also through their defaults) is still a rollout: set both to keep adapter changes runtime.")
 
     @property
     def slots(self) -> int:
@@ -1077,6 +1083,31 @@ class VerificationStatus(StatusModel):
                    vllm_version=v.vllm_version, time=v.time, calibration=calibration, pods=pods)
 
 
+LoRAUpdates = Literal["Runtime", "Rollout"]
+
+
+class LoRAAdapterStatus(StatusModel):
+    """Where one adapter is served, as the pods' own /v1/models say, and how a change of it reaches them."""
+
+    name: str = Field(max_length=128, description="The adapter's served name.")
+    source: str = Field(max_length=256, description="The path vLLM loads it from (a Hub id).")
+    applied: LoRAUpdates = Field(description="Runtime: loaded on the running pods through vLLM's API; Rollout: "
+                                             "in the pods' --lora-modules, so a change of it rolls the pods.")
+    pods: tuple[str, ...] = Field(default=(), max_length=64, description="Ready pods that serve it.")
+    pending: tuple[str, ...] = Field(default=(), max_length=64, description="Ready pods that do not serve it yet.")
+    message: str = Field("", max_length=500, description="Why it is not served everywhere (vLLM's answer).")
+
+
+class LoRAStatus(StatusModel):
+    """The adapters the spec lists and what the pods serve (controller/lora_runtime.py reads and writes it)."""
+
+    updates: LoRAUpdates = Field(description="How adapter additions and removals are applied.")
+    reason: str = Field(max_length=300, description="Why that way.")
+    adapters: tuple[LoRAAdapterStatus, ...] = Field(default=(), max_length=64, description="The spec's adapters.")
+    removing: tuple[LoRAAdapterStatus, ...] = Field(
+        default=(), max_length=64, description="Adapters pods still serve that the spec no longer lists.")
+
+
 class LLMDeploymentStatus(APIModel):
     observed_generation: int | None = Field(None, description="The spec generation last reconciled.")
     replicas: int | None = Field(
@@ -1092,6 +1123,7 @@ class LLMDeploymentStatus(APIModel):
         None, description="What was read from a pvc:// source's volume or an s3:// source's objects.")
     verification: VerificationStatus | None = Field(
         None, description="The plan's KV cache against what the running vLLM reports (the PlanVerified condition).")
+    lora: LoRAStatus | None = Field(None, description="Where each LoRA adapter is served, and how changes apply.")
 
 
 class LLMDeployment(APIModel):

@@ -103,7 +103,8 @@ def pod_summary(body: Mapping[str, Any]) -> Summary:
     return Summary.of({
         "metadata": {"name": meta.get("name"), "annotations": {PLAN_HASH: _annotation(body, PLAN_HASH)},
                      **({"deletionTimestamp": meta["deletionTimestamp"]} if meta.get("deletionTimestamp") else {})},
-        "status": {"phase": status.get("phase"), "ready": ready[0] if ready else None, "containerStatuses": containers},
+        "status": {"phase": status.get("phase"), "ready": ready[0] if ready else None, "containerStatuses": containers,
+                   "podIP": status.get("podIP")},  # where controller/lora_runtime.py reaches its vLLM
     })
 
 

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import UnknownGPUError
-from llm_autopilot.controller import cache_step, inspect_step, telemetry
+from llm_autopilot.controller import cache_step, inspect_step, lora_runtime, telemetry
 from llm_autopilot.controller.gather import (
     Gatherer,
     PodSource,
@@ -229,7 +229,20 @@ class Reconciler:
         if written and decided.after is not None:  # Ready from the workload as the write left it
             after = Applied(view=workload_view(self.kube, decided.after))
             decided, _ = self.settle(spec_body, dataclasses.replace(world, applied=after))
-        return self.outcome(decided, recorded=bool(recorded))
+        return self.sync_lora(decided, self.outcome(decided, recorded=bool(recorded)))
+
+    def sync_lora(self, decided: Intent, out: Outcome) -> Outcome:
+        """After the children are written: the Ready pods' LoRA adapters brought to the spec (runtime updates),
+        and status.lora saying where each adapter is served and how changes apply."""
+        if decided.lora is None:
+            return out
+        synced = lora_runtime.sync(self.kube, self.owner, decided.lora.spec, decided.lora.config,
+                                   previous=self.status.get("lora"))
+        if self.status.get("lora") != synced.status:
+            out.status["lora"] = synced.status
+        out.events += synced.events
+        out.settled = out.settled and synced.settled
+        return out
 
     def read(self, spec_body: dict[str, Any]) -> World:
         """The World desired() starts from: the object, the pvc:// source's inspection, then read_world's

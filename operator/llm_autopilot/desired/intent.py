@@ -29,6 +29,7 @@ from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.lora import lora_refusal, pinned_adapters
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
+from llm_autopilot.desired import lora_sync
 from llm_autopilot.desired.refusals import autoscaling_problem
 from llm_autopilot.desired.schedule import metrics_verdict, next_due, unsettled
 from llm_autopilot.desired.world import (
@@ -40,6 +41,7 @@ from llm_autopilot.desired.world import (
     World,
 )
 from llm_autopilot.domain.precision import KVCacheDtype
+from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
 from llm_autopilot.remediation.decide import Decision, Evidence, Probe, decide
@@ -163,9 +165,11 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     plan, spec = choice.result, ctx.spec
     served_name = spec.model.served_model_name or spec.model.name.removeprefix("hf://")
     local = cache.model_path() if ctx.cache_claim else model_volume.model_path(spec)
+    lora_runtime = lora_sync.runtime(spec, plan.config)
     args = render_vllm_args(plan, ServeOptions(served_model_name=served_name,
                                                revision=None if local else spec.model.revision,
-                                               extra_args=tuple(spec.vllm.extra_args), model_path=local))
+                                               extra_args=tuple(spec.vllm.extra_args), model_path=local,
+                                               lora_modules=not lora_runtime))
     version = str(plan.config.vllm.version)
     host = host_memory(plan, spec.vllm.extra_args).total_gib
     fit = replicas_that_fit(plan.config, choice.pool) if choice.pool.nodes else None
@@ -179,7 +183,7 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
                             replicas=overrides.replicas, memory_limit_gib=overrides.memory_limit_gib,
                             host_memory_gib=host, prometheus_address=prometheus)
     inputs = dataclasses.replace(inputs, surge=rollout.can_surge(plan.config, choice.pool, inputs.replica_count),
-                                 cache_claim=ctx.cache_claim, held=not ctx.cache_complete)
+                                 cache_claim=ctx.cache_claim, held=not ctx.cache_complete, lora_runtime=lora_runtime)
     workload = children(inputs, live or Live())
     return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape,
                     choice.pool)
@@ -287,6 +291,14 @@ class Asks:
     evidence: Target | None = None
 
 
+@dataclass(frozen=True)
+class LoRAAsk:
+    """The spec's adapters and the plan in force, for the shell that loads and unloads them on the pods."""
+
+    spec: LLMDeploymentSpec
+    config: ServingConfig
+
+
 @dataclass
 class Intent:
     """What one reconcile means to write: the objects (all or none), then the status (only the keys that
@@ -301,6 +313,8 @@ class Intent:
     asks: Asks | None = None
     #: the workload to read again once the objects are written (the plan they carry)
     after: WorkloadAsk | None = None
+    #: the LoRA adapters to bring the Ready pods to once the objects are written (controller/lora_runtime.py)
+    lora: LoRAAsk | None = None
     retry: bool = False
     retry_reason: str = "model could not be resolved yet; retrying"
     retry_delay: float = 30.0
@@ -475,6 +489,7 @@ class _Pass:
             view = world.applied.view
         self.report_plan(final, ctx, view)
         self.note_inputs(ctx, final, world.evidence)
+        self.out.lora = LoRAAsk(ctx.spec, final.plan.config)  # without LoRA, status.lora goes (no pod is called)
         self.report_cache()
         return self.finish()
 

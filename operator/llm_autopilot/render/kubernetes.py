@@ -22,6 +22,7 @@ from llm_autopilot.planner.plan import Plan
 from llm_autopilot.render import cache, model_volume, rollout
 from llm_autopilot.render.model_volume import downloads
 from llm_autopilot.render.vllm_args import VLLM_PORT
+from llm_autopilot.vllm.versions import RUNTIME_LORA_UPDATING_ENV
 
 INPUT_HASH = f"{GROUP}/input-hash"
 PLAN_HASH = f"{GROUP}/plan-hash"
@@ -79,6 +80,8 @@ class WorkloadInputs:
     #: (then the Deployment holds at 0 replicas: no pod starts on a partial cache)
     cache_claim: str | None = None
     held: bool = False
+    #: LoRA adapters are loaded and unloaded on the running pods (desired/lora_sync.py): vLLM's runtime API is on
+    lora_runtime: bool = False
 
     @property
     def startup_seconds(self) -> int:
@@ -204,6 +207,8 @@ def _env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
         env.append({"name": HUB_TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
     for var in inputs.spec.vllm.env:
         env.append(var.model_dump(by_alias=True, exclude_none=True))
+    if inputs.lora_runtime and all(var.name != RUNTIME_LORA_UPDATING_ENV for var in inputs.spec.vllm.env):
+        env.append({"name": RUNTIME_LORA_UPDATING_ENV, "value": "true"})
     return env
 
 

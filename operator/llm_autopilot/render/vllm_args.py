@@ -35,6 +35,8 @@ class ServeOptions:
     port: int = VLLM_PORT
     #: a local folder to load instead of the plan's Hub id (a pvc:// source or the model cache)
     model_path: str | None = None
+    #: the adapters in ``--lora-modules`` (False: the operator loads them at runtime, desired/lora_sync.py)
+    lora_modules: bool = True
 
     def __post_init__(self) -> None:
         problems = [f"extraArgs[{i}]: {p}" for i, a in enumerate(self.extra_args)
@@ -68,15 +70,16 @@ def render_vllm_args(plan: Plan, options: ServeOptions = ServeOptions()) -> list
         args.append("--enforce-eager")
     if c.cpu_offload_gib:
         args += ["--cpu-offload-gb", f"{c.cpu_offload_gib:g}"]
-    args += lora_args(plan)
+    args += lora_args(plan, modules=options.lora_modules)
     args += ["--port", str(options.port)]
     args += list(options.extra_args)
     return args
 
 
-def lora_args(plan: Plan) -> list[str]:
-    """``--enable-lora`` and its sizes, and ``--lora-modules name=path ...`` (one flag, nargs='+'); only the flags
-    the target version knows (all of them since 0.10.2, the oldest release in the flag table)."""
+def lora_args(plan: Plan, *, modules: bool = True) -> list[str]:
+    """``--enable-lora`` and its sizes, and ``--lora-modules name=path ...`` (one flag, nargs='+'; left out with
+    ``modules=False``: the adapters are loaded at runtime); only the flags the target version knows (all of them
+    since 0.10.2, the oldest release in the flag table)."""
     lora = plan.config.lora
     if lora is None:
         return []
@@ -88,7 +91,7 @@ def lora_args(plan: Plan) -> list[str]:
     ]
     if lora.max_cpu_loras is not None:
         wanted.append(("--max-cpu-loras", [str(lora.max_cpu_loras)]))
-    if lora.modules:
+    if lora.modules and modules:
         wanted.append(("--lora-modules", [f"{name}={path}" for name, path in lora.modules]))
     missing = [flag for flag, _ in wanted if flag not in known]
     if missing:

@@ -64,6 +64,18 @@ OLDEST_SUPPORTED = VLLMVersion(0, 10, 2)
 ASYNC_SCHEDULING_DEFAULT_SINCE = VLLMVersion(0, 32, 0)
 
 
+#: Releases whose source was read for runtime LoRA updating, all with the same contract: with
+#: ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` set to ``1``/``true`` (envs.py; off by default) the API server attaches
+#: ``POST /v1/load_lora_adapter`` (``{"lora_name", "lora_path", "load_inplace"}``: 400 when the name is already
+#: served and ``load_inplace`` is false, 404 when the path is not found) and ``POST /v1/unload_lora_adapter``
+#: (``{"lora_name"}``: 404 when not served) (entrypoints/serve/lora/api_router.py,
+#: entrypoints/openai/models/serving.py); ``/v1/models`` lists each served adapter with ``root`` = its path and
+#: ``parent`` = the base model; ``vllm serve`` refuses the variable with ``--api-server-count`` above 1
+#: (entrypoints/cli/serve.py). Read in the 0.32.0 and 0.33.0 wheels; releases before 0.32 were not read for it,
+#: so the operator rolls their pods out on an adapter change.
+RUNTIME_LORA_UPDATING_READ = (VLLMVersion(0, 32, 0), VLLMVersion(0, 33, 0))
+RUNTIME_LORA_UPDATING_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+
 @dataclass(frozen=True)
 class BatchDefaults:
     max_num_batched_tokens: int
@@ -114,6 +126,12 @@ class VLLMBehaviour:
         if on_cpu or not self.async_scheduling_by_default:
             return pipeline_parallel_size
         return pipeline_parallel_size + 1
+
+    @property
+    def runtime_lora_updating(self) -> bool:
+        """Whether adapters can be loaded and unloaded on a running server (:data:`RUNTIME_LORA_UPDATING_READ`):
+        the releases read, and a later one (the contract was the same in both read)."""
+        return self.version >= min(RUNTIME_LORA_UPDATING_READ)
 
     @property
     def reserves_null_block(self) -> bool:

@@ -1,0 +1,183 @@
+"""Shell: make each Ready vLLM pod serve the spec's LoRA adapters, and say where each one is served.
+
+desired/lora_sync.py decides (runtime or rollout, what to load and unload on a pod, the status); this module
+reads each Ready pod's ``/v1/models`` and, when updates are runtime, calls vLLM's ``/v1/load_lora_adapter`` and
+``/v1/unload_lora_adapter`` on it, then reads ``/v1/models`` again: the status is what the pods answered, not
+what was asked. With rollout updates it only reads. Idempotent: a pod that serves the spec's adapters gets no
+call; a restarted pod (which serves none) gets them all again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.controller.observed import INSTANCE_LABEL
+from llm_autopilot.desired import lora_sync
+from llm_autopilot.desired.lora_sync import Action, PodView, Served, Updates
+from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.remediation.text import clean_line
+from llm_autopilot.render.kubernetes import Owner
+from llm_autopilot.render.vllm_args import VLLM_PORT
+
+__all__ = ["Synced", "VLLMAdapters", "sync", "sync_pods"]
+
+logger = logging.getLogger(__name__)
+#: a read of /v1/models; a load downloads the adapter from the Hub and loads it into the engine
+READ_SECONDS = 10.0
+LOAD_SECONDS = 120.0
+#: a pod the operator cannot reach costs this much per reconcile, not the read's whole timeout
+CONNECT_SECONDS = 3.0
+
+
+class PodLister(Protocol):
+    def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]: ...
+
+
+class CallFailed(RuntimeError):
+    """vLLM did not do what was asked: its answer (or why there was none), in one line."""
+
+
+class VLLMAdapters:
+    """vLLM's model list and its runtime LoRA calls on one server (``base``: ``http://ip:port``)."""
+
+    def __init__(self, base: str, *, transport: httpx.BaseTransport | None = None) -> None:
+        self.client = httpx.Client(base_url=base, transport=transport,
+                                   timeout=httpx.Timeout(READ_SECONDS, connect=CONNECT_SECONDS))
+
+    def __enter__(self) -> VLLMAdapters:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.client.close()
+
+    def served(self) -> tuple[Served, ...]:
+        try:
+            response = self.client.get("/v1/models")
+            response.raise_for_status()
+            served = lora_sync.served_adapters(response.json())
+        except (httpx.HTTPError, ValueError) as exc:
+            raise CallFailed(f"/v1/models: {clean_line(str(exc), 200)}") from exc
+        if served is None:
+            raise CallFailed("/v1/models: not an OpenAI model list")
+        return served
+
+    def apply(self, action: Action) -> None:
+        if action.kind == "load":
+            path, body = "/v1/load_lora_adapter", {"lora_name": action.name, "lora_path": action.path,
+                                                   "load_inplace": action.inplace}
+        else:
+            path, body = "/v1/unload_lora_adapter", {"lora_name": action.name}
+        try:
+            response = self.client.post(path, json=body, timeout=LOAD_SECONDS)
+        except httpx.HTTPError as exc:
+            raise CallFailed(f"{path}: {clean_line(str(exc), 200)}") from exc
+        if response.status_code == 404 and "lora" not in response.text.lower():  # FastAPI's own "Not Found"
+            raise CallFailed(f"{path}: 404: the server has no runtime LoRA API (VLLM_ALLOW_RUNTIME_LORA_UPDATING)")
+        if response.status_code != 200:
+            raise CallFailed(f"{path}: {response.status_code}: {clean_line(_message(response), 300)}")
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text
+    error = body.get("error") if isinstance(body, dict) else None
+    return str(error.get("message") if isinstance(error, dict) else body)
+
+
+@dataclass(frozen=True)
+class ReadyPod:
+    name: str
+    address: str
+
+
+def ready_pods(pods: Sequence[Mapping[str, Any]]) -> list[ReadyPod]:
+    """The pods that serve (Ready, not being deleted, with an IP), by name."""
+    found = []
+    for pod in pods:
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        ready = ready or status.get("ready") == "True"  # the pod watch's summary (controller/observed.py)
+        if ready and not meta.get("deletionTimestamp") and status.get("podIP") and meta.get("name"):
+            found.append(ReadyPod(str(meta["name"]), str(status["podIP"])))
+    return sorted(found, key=lambda p: p.name)
+
+
+Client = Any  # a factory: (base URL) -> VLLMAdapters
+
+
+def sync_pods(updates: Updates, want: Sequence[Served], pods: Sequence[ReadyPod], *,
+              client: Client | None = None, port: int = VLLM_PORT) -> tuple[list[PodView], list[tuple[str, str, str]]]:
+    """Each pod's view after the sync, and the events (type, reason, message) of the calls made."""
+    views, events = [], []
+    client = client or VLLMAdapters
+    for pod in pods:
+        with client(f"http://{pod.address}:{port}") as vllm:
+            try:
+                served = vllm.served()
+            except CallFailed as exc:
+                views.append(PodView(pod.name, None, unreadable=str(exc)))
+                continue
+            todo = lora_sync.actions(want, served) if updates.runtime else ()
+            errors: dict[str, str] = {}
+            for action in todo:
+                try:
+                    vllm.apply(action)
+                except CallFailed as exc:
+                    errors[action.name] = str(exc)
+                    events.append(("Warning", "LoRAAdapterFailed", f"{action.kind} {action.name} on {pod.name}: "
+                                                                   f"{exc}"))
+                    continue
+                verb = "Loaded" if action.kind == "load" else "Unloaded"
+                events.append(("Normal", f"LoRAAdapter{verb}", f"{verb.lower()} {action.name} on {pod.name} at "
+                                                               "runtime (no restart)"))
+            if todo:
+                try:
+                    served = vllm.served()
+                except CallFailed as exc:
+                    views.append(PodView(pod.name, None, errors, unreadable=str(exc)))
+                    continue
+            views.append(PodView(pod.name, served, errors))
+    return views, events
+
+
+@dataclass(frozen=True)
+class Synced:
+    #: status.lora as written (None: no LoRA, the key is removed)
+    status: dict[str, Any] | None = None
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    #: every Ready pod serves exactly the spec's adapters (else the next resync looks again)
+    settled: bool = True
+
+
+def _repeated(event: tuple[str, str, str], previous: Mapping[str, Any] | None) -> bool:
+    """A failure the last status already reported (the same pod, the same answer): no second Warning per resync."""
+    type_, _, message = event
+    said = [str(a.get("message", "")) for key in ("adapters", "removing") for a in (previous or {}).get(key) or []
+            if isinstance(a, Mapping)]
+    _, _, where_and_why = message.partition(" on ")  # "load NAME on POD: ANSWER" -> "POD: ANSWER"
+    return type_ == "Warning" and any(where_and_why and where_and_why in m for m in said)
+
+
+def sync(kube: PodLister, owner: Owner, spec: LLMDeploymentSpec, config: ServingConfig, *,
+         previous: Mapping[str, Any] | None = None, client: Client | None = None) -> Synced:
+    """The reconcile's hook: after the children are written, bring the Ready pods' adapters to the spec
+    (``previous``: status.lora as read, so a failure already reported is not an Event again)."""
+    updates = lora_sync.updates_for(spec, config.vllm.version, nodes=config.nodes)
+    if updates is None:
+        return Synced()
+    pods = ready_pods(kube.pods(owner.namespace, f"{INSTANCE_LABEL}={owner.name}"))
+    views, events = sync_pods(updates, lora_sync.wanted(spec), pods, client=client)
+    events = [e for e in events if not _repeated(e, previous)]
+    status = lora_sync.lora_status(updates, lora_sync.wanted(spec), views)
+    for _, reason, message in events:
+        logger.info("%s/%s: %s: %s", owner.namespace, owner.name, reason, message)
+    return Synced(status.model_dump(by_alias=True, exclude_none=True, mode="json"), events,
+                  lora_sync.settled(status))
