@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +31,7 @@ from llm_autopilot.api import GROUP, KIND, VERSION
 from llm_autopilot.controller.admission import review
 from llm_autopilot.remediation.ladder import Overrides
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
-from tests.e2e.conftest import Kubectl
+from tests.e2e.conftest import OWN_PREFIX, Kubectl, _create_namespace, _delete_namespace
 from tests.render_driver import NotRendered, render_objects
 
 pytestmark = pytest.mark.e2e
@@ -399,11 +401,22 @@ CRD_REFUSES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def dry_run_namespace(kubectl: Kubectl) -> Iterator[str]:
+    """One namespace for the cases below, which only dry-run (nothing is stored in it): a namespace of its own
+    per case cost each one a kubectl create and delete. No operator watches it (not `e2e-op-*`)."""
+    name = f"{OWN_PREFIX}{uuid.uuid4().hex[:8]}"
+    _create_namespace(kubectl, name, session_operator=False)
+    yield name
+    _delete_namespace(kubectl, name)
+
+
 @pytest.mark.parametrize(("name", "spec", "needle"), CRD_REFUSES, ids=[n for *_, n in CRD_REFUSES])
-def test_the_crd_alone_refuses_what_the_api_server_would_reject(kubectl: Kubectl, namespace: str, name: str,
+def test_the_crd_alone_refuses_what_the_api_server_would_reject(kubectl: Kubectl, dry_run_namespace: str, name: str,
                                                                 spec: dict[str, Any], needle: str) -> None:
-    result = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(llmd(name, spec)),
-                     check=False)
+    result = kubectl("apply", "--dry-run=server", "-n", dry_run_namespace, "-f", "-",
+                     input=json.dumps(llmd(name, spec)), check=False)
+    assert kubectl.maybe("llmd", name, "-n", dry_run_namespace) is None, "a dry run stored the object"
     assert result.returncode != 0, f"the API server stored {spec}"
     assert "denied the request" not in result.stderr  # the schema and CEL refused it, before any webhook
     assert needle in result.stderr, result.stderr

@@ -84,10 +84,11 @@ def test_a_workers_oom_counts_against_the_groups_plan(kubectl: Kubectl, operator
 def lws_crd(kubectl: Kubectl) -> Iterator[None]:
     """The LeaderWorkerSet CRD, only for this test: its presence switches every operator to LWS objects."""
     kubectl("apply", "--server-side", "-f", str(LWS_CRD))
-    wait_for("the LWS CRD established", lambda: any(
-        c["type"] == "Established" and c["status"] == "True"
-        for c in kubectl.json("crd", LWS_CRD_NAME).get("status", {}).get("conditions", [])), timeout=30)
-    try:
+    try:  # deleted also when it never gets established
+        wait_for("the LWS CRD established", lambda: any(
+            c["type"] == "Established" and c["status"] == "True"
+            # read right after its create, the CRD had "conditions": null
+            for c in (kubectl.json("crd", LWS_CRD_NAME).get("status") or {}).get("conditions") or []), timeout=30)
         yield
     finally:
         kubectl("delete", "crd", LWS_CRD_NAME, "--ignore-not-found", "--wait=true", check=False)

@@ -109,7 +109,14 @@ def test_spec_update_rolls_the_new_plan(kubectl: Kubectl, operator: Operator, na
     new_pods = wait_for("a pod of the new plan", lambda: {
         p["metadata"]["name"] for p in running_pods(kubectl, namespace, "qwen3-8b")} - old_pods, 90)
     assert new_pods
-    llmd = wait_condition(kubectl, namespace, "qwen3-8b", "Ready", "True", timeout=90)
+
+    def ready_for_the_update() -> dict[str, Any] | None:  # Ready was True before the update too
+        obj = kubectl.maybe("llmd", "qwen3-8b", "-n", namespace)
+        ready = condition(obj, "Ready")
+        current = obj is not None and obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
+        return obj if current and ready and ready["status"] == "True" else None
+
+    llmd = wait_for("Ready=True with the update's generation observed", ready_for_the_update, 90)
     assert llmd["status"]["plan"]["maxModelLen"] == 16384
     assert llmd["status"]["observedGeneration"] == llmd["metadata"]["generation"]
 
