@@ -18,11 +18,10 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -57,116 +56,9 @@ def _cluster_env() -> dict[str, str]:
     return cluster_env()
 
 
-class _Reader:
-    """`kubectl get -o json` without a kubectl process: the same GET through one kept connection.
-
-    A kubectl process costs 0.6-1.4 s on the shared 2-core machine under load (its start-up, then discovery on
-    every call), nearly all of it outside the request, and the tests poll with `get` most of all. The reader maps
-    kubectl's resource names (plural, singular, kind, short names, name.group) through the API server's discovery,
-    the way kubectl does (core first, then the groups in the server's order, each at its preferred version), and
-    returns what kubectl prints: the object, or a List whose items carry apiVersion and kind, without
-    metadata.managedFields (kubectl's default). Anything it does not handle it leaves to kubectl.
-    """
-
-    def __init__(self, kubeconfig: str) -> None:
-        from kubernetes import config  # noqa: PLC0415 - only the end-to-end tests need the client
-
-        self.api: Any = config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-        self.lock = threading.Lock()
-        #: kubectl's name of a resource -> (path template, apiVersion, kind, namespaced)
-        self.resources: dict[str, tuple[str, str, str, bool]] = {}
-        self.discovered = 0.0
-
-    def _discover(self) -> None:
-        found: dict[str, tuple[str, str, str, bool]] = {}
-        versions = [("/api/v1", "v1")]
-        groups = self._get("/apis") or {}
-        versions += [(f"/apis/{g['preferredVersion']['groupVersion']}", g["preferredVersion"]["groupVersion"])
-                     for g in groups.get("groups") or []]
-        for prefix, group_version in versions:
-            group = group_version.rpartition("/")[0]
-            for r in (self._get(prefix) or {}).get("resources") or []:
-                if "/" in r["name"] or "get" not in r.get("verbs", []):
-                    continue
-                entry = (f"{prefix}/{{ns}}{r['name']}", group_version, r["kind"], bool(r["namespaced"]))
-                names = {r["name"], r.get("singularName") or r["kind"].lower(), r["kind"].lower(),
-                         *(r.get("shortNames") or [])}
-                for name in names | ({f"{n}.{group}" for n in names} if group else set()):
-                    found.setdefault(name, entry)
-        self.resources, self.discovered = found, time.monotonic()
-
-    def _get(self, path: str, query: list[tuple[str, str]] | None = None) -> Any:
-        """The JSON at `path`; None on 404; raises on any other answer."""
-        method, url, headers, _, _ = self.api.param_serialize(
-            "GET", path, query_params=query or [], header_params={"Accept": "application/json"},
-            auth_settings=["BearerToken"])
-        response = self.api.call_api(method, url, header_params=headers, _request_timeout=30)
-        data = response.read()
-        if response.status == 404:
-            return None
-        if not 200 <= response.status < 300:
-            raise RuntimeError(f"{response.status} {data[:500]!r}")
-        return json.loads(data)
-
-    def resolve(self, kind: str) -> tuple[str, str, str, bool] | None:
-        key = kind.lower()
-        with self.lock:
-            # first use, or a CRD installed since: discover again (at most once a second)
-            if key not in self.resources and time.monotonic() - self.discovered > 1:
-                self._discover()
-            return self.resources.get(key)
-
-    def get(self, args: tuple[str, ...]) -> tuple[bool, Any]:
-        """(handled, the object or None when absent) for `kubectl get ARGS -o json`; handled False: use kubectl."""
-        positional, namespace, query, subresource, managed = [], None, [], "", False
-        rest = list(args)
-        while rest:
-            arg = rest.pop(0)
-            if arg in ("-n", "--namespace", "-l", "--selector") and rest:
-                value = rest.pop(0)
-                if arg in ("-n", "--namespace"):
-                    namespace = value
-                else:
-                    query.append(("labelSelector", value))
-            elif arg.startswith("--subresource="):
-                subresource = arg.removeprefix("--subresource=")
-            elif arg == "--show-managed-fields":
-                managed = True
-            elif arg.startswith("-"):
-                return False, None
-            else:
-                positional.append(arg)
-        if not 1 <= len(positional) <= 2 or any(c in positional[0] for c in ",/") or (
-                subresource and len(positional) != 2):
-            return False, None
-        found = self.resolve(positional[0])
-        if found is None:
-            return False, None
-        template, api_version, kind, namespaced = found
-        if namespaced and namespace is None:
-            return False, None  # kubectl would use the context's namespace
-        path = template.format(ns=f"namespaces/{namespace}/" if namespaced else "")
-        if len(positional) == 2:
-            path += f"/{positional[1]}" + (f"/{subresource}" if subresource else "")
-            obj = self._get(path, query)
-            if obj is not None and not managed:
-                obj.get("metadata", {}).pop("managedFields", None)
-            return True, obj
-        body = self._get(path, query)
-        if body is None:
-            return True, None
-        items = []
-        for item in body.get("items") or []:
-            if not managed:
-                item.get("metadata", {}).pop("managedFields", None)
-            items.append({"apiVersion": api_version, "kind": kind, **item})
-        return True, {"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}}
-
-
 @dataclass
 class Kubectl:
     env: dict[str, str]
-    _reader: _Reader | None = field(default=None, init=False, repr=False, compare=False)
 
     def __call__(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(["kubectl", *args], env=self.env, capture_output=True, text=True, input=input,
@@ -175,33 +67,10 @@ class Kubectl:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
         return result
 
-    def _read(self, args: tuple[str, ...]) -> tuple[bool, Any]:
-        """`kubectl get ARGS -o json` through the reader: (handled, object or None); failures raise
-        AssertionError, as a failed kubectl does."""
-        if not self.env.get("KUBECONFIG"):
-            return False, None
-        try:
-            if self._reader is None:
-                self._reader = _Reader(self.env["KUBECONFIG"])
-            return self._reader.get(args)
-        except Exception as exc:  # what a failing kubectl would be: wait_for retries it
-            raise AssertionError(f"kubectl get {' '.join(args)} failed: {exc}") from exc
-
     def json(self, *args: str) -> Any:
-        handled, obj = self._read(args)
-        if handled:
-            if obj is None:
-                raise AssertionError(f"kubectl get {' '.join(args)} failed: not found")
-            return obj
         return json.loads(self("get", *args, "-o", "json").stdout)
 
     def maybe(self, *args: str) -> Any:
-        try:
-            handled, obj = self._read(args)
-        except AssertionError:
-            return None
-        if handled:
-            return obj
         result = self("get", *args, "-o", "json", check=False)
         return json.loads(result.stdout) if result.returncode == 0 else None
 
@@ -397,10 +266,8 @@ def _strip_finalizers(kubectl: Kubectl, namespace: str) -> None:
 
 def _delete_namespace(kubectl: Kubectl, namespace: str) -> None:
     # deleting the LLMDeployments first gives them a deletionTimestamp, so no operator re-adds the finalizer
-    # (a namespace without any, as most tests' are, needs neither step: one read instead of a kubectl process)
-    if (kubectl.maybe("llmd", "-n", namespace) or {}).get("items") != []:
-        kubectl("delete", "llmd", "--all", "-n", namespace, "--wait=false", check=False)
-        _strip_finalizers(kubectl, namespace)
+    kubectl("delete", "llmd", "--all", "-n", namespace, "--wait=false", check=False)
+    _strip_finalizers(kubectl, namespace)
     kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
@@ -428,7 +295,7 @@ def _leftovers(kubectl: Kubectl, objects: set[str], files: set[str]) -> list[str
     """What this session created and did not remove (after a bounded wait for deleted namespaces to go)."""
     with contextlib.suppress(AssertionError):  # what is left is reported below
         wait_for("the session's namespaces to be deleted", lambda: not _terminating(kubectl, objects),
-                 timeout=SESSION_CLEANUP_SECONDS)
+                 timeout=SESSION_CLEANUP_SECONDS, interval=2)
     left = sorted(_cluster_objects(kubectl) - objects)
     left += sorted(f"file {f}" for f in _files(kubectl.env) - files)
     left += [f"operator process {op.process.pid} ({op.log})" for op in Operator.started
@@ -526,7 +393,7 @@ def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]
     yield name
     _delete_namespace(kubectl, name)
     wait_for(f"the pods of namespace {name} to be deleted",
-             lambda: not kubectl.json("pods", "-n", name)["items"],
+             lambda: not kubectl("get", "pods", "-n", name, "-o", "name", check=False).stdout.strip(),
              timeout=NAMESPACE_DRAIN_SECONDS)
     if not session_operator:  # the test ran its own operator, or none: the session operator kept out
         for op, mark in shared:
