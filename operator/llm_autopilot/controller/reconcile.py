@@ -22,7 +22,7 @@ from llm_autopilot.api import convert
 from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
 from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.lora import pinned_adapters
-from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
+from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus, VerificationStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
 from llm_autopilot.controller import adapters, cache_step, inspect_step, telemetry
 from llm_autopilot.controller.gather import (
@@ -52,6 +52,7 @@ from llm_autopilot.desired.refusals import autoscaling_problem
 from llm_autopilot.desired.world import World
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.hub.resolve import ArchitectureRequired, ModelResolutionError
+from llm_autopilot.planner import verify
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
 from llm_autopilot.remediation.decide import METRICS_AVAILABLE, Decision, Evidence, Probe, decide
@@ -321,13 +322,27 @@ def _changed(current: dict[str, Any], key: str, value: Any) -> bool:
     return bool(current.get(key) != value)
 
 
+def _known_verification(raw: Any) -> verify.Known | None:
+    """Which plan and pods status.verification read (None: nothing readable, so read again)."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        known = VerificationStatus.model_validate(raw)
+    except ValueError:
+        return None
+    if known.plan_hash is None:
+        return None
+    return verify.Known(known.plan_hash, frozenset(p.pod for p in known.pods))
+
+
 def gatherer_for(kube: Cluster, settings: OperatorSettings) -> Gatherer:
     """The evidence gatherer for these settings (the operator keeps one per process: it remembers crashes)."""
     if not settings.prometheus_url:
         return Gatherer(kube)
     client = PrometheusClient(PrometheusSettings(settings.prometheus_url, settings.prometheus_headers,
                                                  settings.prometheus_verify_tls))
-    return Gatherer(kube, saturation=SaturationRounds(client, round_seconds=settings.prometheus_round_seconds))
+    return Gatherer(kube, saturation=SaturationRounds(client, round_seconds=settings.prometheus_round_seconds),
+                    labels=client)
 
 
 class Reconciler:
@@ -485,8 +500,33 @@ class Reconciler:
             view = workload_view(self.kube, final)
         self.report_plan(final, ctx, view)
         self.note_inputs(ctx, final)
+        self.report_verification(final)
         self.report_cache()
         return self.finish()
+
+    def report_verification(self, r: Rendered) -> None:
+        """status.verification and PlanVerified: the plan's Ready pods read once per plan (gather), judged by
+        planner/verify.py."""
+        known = _known_verification(self.status.get("verification"))
+        owner = self.owner
+        ready = self.gatherer.ready_plan_pods(owner.namespace, owner.name, r.plan_hash)
+        readings = self.gatherer.kv_figures(owner.namespace, verify.pods_to_read(known, r.plan_hash, ready))
+        decision = verify.decide(verify.predict(r.plan.config, r.plan.estimate), r.plan_hash, known, readings,
+                                 vllm_version=str(r.plan.config.vllm.version), now=self.now)
+        if not decision.keep:
+            found = VerificationStatus.of_pods(decision.results, plan_hash=r.plan_hash)
+            value = found.model_dump(by_alias=True, exclude_none=True, mode="json") if found else None
+            if _changed(self.status, "verification", value):
+                self.out.status["verification"] = value
+        status, reason, message = decision.condition
+        if not reason:
+            return
+        before = self.conditions
+        self.condition(verify.PLAN_VERIFIED, status, reason, message)
+        if decision.event is not None and before != self.conditions:
+            self.event(*decision.event)
+        if reason == verify.UNREADABLE:
+            self.out.settled = False  # read again on the next resync
 
     def report_source(self, found: inspect_step.Inspection | None) -> None:
         """status.source: what a pvc:// source's inspect Job read (removed when no inspection is needed)."""
