@@ -9,6 +9,7 @@ or metric the operator acted on and the time from the failure to a serving pod.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -86,6 +87,47 @@ def test_max_model_len_above_the_real_kv_room_is_lowered_to_vllms_estimate(
         downloaded = sum(d["bytes"] for d in hub_downloads(kubectl, since))
         report("KV capacity", vllm_line=evidence["message"][:160], failure_to_serving_s=round(
             seconds_since(crashed_at)), max_model_len="16384 -> 7936", hub_bytes_downloaded=downloaded)
+        verified = _verification_of(kubectl, namespace, "kv", pod)
+        report("verification (4 MiB KV room)", **{k: verified[k] for k in (
+            "source", "predictedTokens", "actualTokens", "predictedBlocks", "actualBlocks", "predictedKVGiB",
+            "actualKVGiB", "errorPercent")})
+
+
+def _verification_of(kubectl: Kubectl, namespace: str, name: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """status.verification of the serving pod's plan: vLLM's own figures of the kubelet's 4 MiB KV room (the
+    planner assumed the simulated 2 GiB GPU's free memory), PlanVerified False with a Warning Event. Read after
+    the KV-capacity step: a test that already pays for this vLLM start (no new start for verification)."""
+    plan_hash = pod["metadata"]["annotations"]["llm-autopilot.io/plan-hash"]
+
+    def read() -> dict[str, Any] | None:
+        found = llmd(kubectl, namespace, name)["status"].get("verification") or {}
+        return found if found.get("planHash") == plan_hash else None
+
+    verified: dict[str, Any] = wait_for("status.verification of the serving plan", read, timeout=120, interval=2)
+    assert verified["source"] in ("metrics", "log"), verified
+    assert [p["pod"] for p in verified["pods"]] == [pod["metadata"]["name"]], verified
+    # vLLM's CPU build sizes its pool from --kv-cache-memory-bytes: 4 MiB of 128-token blocks, 512 bytes a token
+    assert verified["actualTokens"] == 8192, verified
+    if verified["source"] == "metrics":  # the CPU build's log line prints tokens only, its metric the blocks
+        assert verified["actualBlocks"] == 4 * MIB // (128 * 512), verified
+    assert abs(verified["actualKVGiB"] - 4 * MIB / 2**30) <= 0.001, verified
+    # the error in percent of the GPU's memory as the plan counts it (the 2 GiB label less the driver's share)
+    total = llmd(kubectl, namespace, name)["status"]["plan"]["memory"]["gpuTotalGiB"]
+    assert 1 < total < 2, total
+    expected = (verified["actualKVGiB"] - verified["predictedKVGiB"]) / total * 100
+    assert abs(verified["errorPercent"] - expected) < 0.5, (verified, total)
+    assert verified["errorPercent"] < -verified["tolerancePercent"] and verified["verified"] is False, verified
+    condition = next(c for c in llmd(kubectl, namespace, name)["status"]["conditions"] if c["type"] == "PlanVerified")
+    assert condition["status"] == "False" and condition["reason"] == "OutsideTolerance", condition
+    assert f"{verified['predictedTokens']:,} tokens" in condition["message"], condition
+    events = kubectl.json("events", "-n", namespace, "--field-selector",
+                          f"involvedObject.name={name},reason=PlanNotVerified")["items"]
+    assert events and events[0]["type"] == "Warning", events
+    text = describe(kubectl, namespace, name)
+    # both numbers: the status's fields and the condition's message (kubectl describe prints both, and the Event)
+    assert "PlanNotVerified" in text and re.search(rf"Predicted Tokens:\s+{verified['predictedTokens']}\b", text), text
+    assert re.search(rf"Actual Tokens:\s+{verified['actualTokens']}\b", text), text
+    return verified
 
 
 def test_a_memory_limit_too_small_is_a_real_oom_kill_and_the_limit_is_raised(

@@ -58,6 +58,8 @@ class FakeCluster:
     job_pod_list: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: pod name -> the running container's log (the cache download's progress)
     current_logs: dict[str, str | Exception] = field(default_factory=dict)
+    #: the pods whose start-up log was read (verification's fallback)
+    start_log_reads: list[str] = field(default_factory=list)
     #: (namespace, name, key) -> the value, or the exception reading it raises
     secrets: dict[tuple[str, str, str], str | Exception] = field(default_factory=dict)
     secret_reads: int = 0
@@ -123,6 +125,13 @@ class FakeCluster:
         if isinstance(found, Exception):
             raise found
         return "\n".join(found.splitlines()[-tail_lines:])[-limit_bytes:]
+
+    def start_log(self, namespace: str, pod: str, container: str, *, limit_bytes: int) -> str:
+        self.start_log_reads.append(pod)
+        found = self.current_logs.get(pod, LogUnavailable("404 Not Found: no log in the fake"))
+        if isinstance(found, Exception):
+            raise found
+        return found[:limit_bytes]
 
     def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         self.secret_reads += 1

@@ -120,9 +120,11 @@ def test_printer_columns_and_names() -> None:
         "specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
         "labelSelectorPath": ".status.selector"}}
     assert [col["name"] for col in PRINTER_COLUMNS] == ["Model", "GPUs", "Quantization", "MaxLen", "Replicas",
-                                                        "Available", "Ready", "Rung", "Cached%", "Age"]
+                                                        "Available", "Ready", "Rung", "Cached%", "KV-Planned",
+                                                        "KV-vLLM", "KV-Err%", "Verified", "Age"]
+    # an empty cell in the default view leaves a row a value short of its header
     wide_only = [col["name"] for col in PRINTER_COLUMNS if col.get("priority", 0) > 0]
-    assert wide_only == ["Cached%"]  # an empty cell in the default view leaves a row a value short of its header
+    assert wide_only == ["Cached%", "KV-Planned", "KV-vLLM", "KV-Err%", "Verified"]
 
 
 def test_status_model_fits_the_status_schema() -> None:

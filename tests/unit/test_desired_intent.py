@@ -25,6 +25,7 @@ from llm_autopilot.desired.world import (
     CacheObservation,
     SourceView,
     Unresolved,
+    VerificationReading,
     WorkloadView,
     World,
 )
@@ -58,8 +59,13 @@ def answered(spec: dict[str, Any], world: World, deployment: dict[str, Any] | No
     asked = desired(spec, status or {}, world, NOW).asks
     assert asked is not None and asked.workload is not None and asked.evidence is not None
     plan = asked.workload.plan_hash
-    return dataclasses.replace(world, workload=WorkloadView(plan, deployment),
-                               evidence=evidence or Evidence(plan_id=plan))
+    world = dataclasses.replace(world, workload=WorkloadView(plan, deployment),
+                                evidence=evidence or Evidence(plan_id=plan))
+    # then the plan's KV figures (plan verification): no pod of it read here
+    asked = desired(spec, status or {}, world, NOW).asks
+    if asked is not None and asked.verification is not None:
+        world = dataclasses.replace(world, verification=VerificationReading(asked.verification.plan_hash))
+    return world
 
 
 def available(replicas: int = 1) -> dict[str, Any]:

@@ -32,6 +32,12 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Rung", "type": "integer", "jsonPath": ".status.remediation.rung"},
     # only in `-o wide`: most deployments have no cache, and an empty cell would leave their rows a value short
     {"name": "Cached%", "type": "number", "jsonPath": ".status.cache.percent", "priority": 1},
+    # the plan's KV tokens against vLLM's own (status.verification): `kubectl get llmd -o wide`
+    {"name": "KV-Planned", "type": "integer", "jsonPath": ".status.verification.predictedTokens", "priority": 1},
+    {"name": "KV-vLLM", "type": "integer", "jsonPath": ".status.verification.actualTokens", "priority": 1},
+    {"name": "KV-Err%", "type": "number", "jsonPath": ".status.verification.errorPercent", "priority": 1},
+    {"name": "Verified", "type": "string", "jsonPath": '.status.conditions[?(@.type=="PlanVerified")].status',
+     "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
 

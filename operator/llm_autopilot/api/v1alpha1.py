@@ -1069,18 +1069,34 @@ class VerificationStatus(StatusModel):
     vllm_version: str = Field(max_length=64, description="The vLLM version that reported them.")
     time: AwareDatetime = Field(description="When they were read (RFC 3339).")
     calibration: str | None = Field(None, max_length=400, description="The KV calibration the plan applied.")
+    plan_hash: str | None = Field(
+        None, max_length=64, description="The plan whose pods were read (the pods' plan-hash annotation); they "
+                                         "are read again only when the plan changes or a new pod of it is Ready.")
     pods: tuple[PodVerification, ...] = Field(
-        default=(), max_length=64, description="Per pod where pods differ (replicas, pipeline stages).")
+        default=(), max_length=64, description="Each pod read (replicas); the figures above are the pod's "
+                                               "furthest from the plan.")
 
     @classmethod
-    def of(cls, v: Verification, *, calibration: str | None = None,
+    def of(cls, v: Verification, *, calibration: str | None = None, plan_hash: str | None = None,
            pods: tuple[PodVerification, ...] = ()) -> VerificationStatus:
         return cls(predicted_tokens=v.predicted_tokens, actual_tokens=v.actual_tokens,
                    predicted_blocks=v.predicted_blocks, actual_blocks=v.actual_blocks,
                    predicted_kv_gib=round(v.predicted_kv_bytes / GIB, 3),
                    actual_kv_gib=round(v.actual_kv_bytes / GIB, 3), error_percent=round(v.error_percent, 3),
                    tolerance_percent=v.tolerance_percent, verified=v.verified, source=v.source.value,
-                   vllm_version=v.vllm_version, time=v.time, calibration=calibration, pods=pods)
+                   vllm_version=v.vllm_version, time=v.time, calibration=calibration, plan_hash=plan_hash,
+                   pods=pods)
+
+    @classmethod
+    def of_pods(cls, results: tuple[tuple[str, Verification], ...], *, plan_hash: str,
+                calibration: str | None = None) -> VerificationStatus | None:
+        """The status of one reading of a plan's pods (None: nothing was read)."""
+        if not results:
+            return None
+        worst = max((v for _, v in results), key=lambda v: abs(v.error_percent))
+        pods = tuple(PodVerification(pod=pod, actual_tokens=v.actual_tokens, actual_blocks=v.actual_blocks,
+                                     error_percent=round(v.error_percent, 3)) for pod, v in results[:64])
+        return cls.of(worst, calibration=calibration, plan_hash=plan_hash, pods=pods)
 
 
 LoRAUpdates = Literal["Runtime", "Rollout"]

@@ -34,6 +34,12 @@ from llm_autopilot.desired.world import AdapterReading, GPUNode, SourceView, Tar
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError
+from llm_autopilot.planner.verify import (
+    ObservationError,
+    PodReading,
+    observed_from_cache_config_info,
+    observed_from_log,
+)
 from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.remediation.decide import Evidence, Metrics
 from llm_autopilot.remediation.evidence import (
@@ -46,11 +52,14 @@ from llm_autopilot.remediation.evidence import (
     latest_termination,
     rollout_complete,
 )
-from llm_autopilot.remediation.saturation import KV_SATURATION, SaturationRule
+from llm_autopilot.remediation.saturation import KV_SATURATION, SaturationRule, pod_selector
+from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render import groups
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.kubernetes import CONTAINER, PLAN_HASH
 from llm_autopilot.render.workload import Live
+from llm_autopilot.vllm.metrics import CACHE_CONFIG_INFO
+from llm_autopilot.vllm.startup import LABEL_NUM_BLOCKS
 
 #: crashes whose log was read, per process (a resync must not read a log twice)
 REMEMBERED_CRASHES = 512
@@ -65,6 +74,25 @@ class PodSource(Protocol):
         """The previous container's log tail; raises LogUnavailable."""
         ...
 
+    def start_log(self, namespace: str, pod: str, container: str, *, limit_bytes: int) -> str:
+        """The first bytes of the running container's log (vLLM's start-up lines); raises LogUnavailable."""
+        ...
+
+
+class LabelSource(Protocol):
+    """Series of an instant query with their labels (PrometheusClient; an in-memory fake in tests)."""
+
+    where: str
+
+    def series(self, query: str) -> list[dict[str, str]]:
+        """The labels of each series the query returns; raises MetricsUnavailable."""
+        ...
+
+
+#: how much of a running vLLM's log is read for its start-up KV-cache lines (they come after the model load,
+#: about 20 KiB into the CPU build's log; a GPU's log with its compile lines stays far below this)
+START_LOG_BYTES = 512 * 1024
+
 
 __all__ = ["Gatherer", "PodSource", "SecretUnreadable", "Target", "WorldSource", "crd_installed", "hub_token",
            "read_adapters", "read_live", "read_model", "read_nodes", "read_world", "secret"]
@@ -75,8 +103,10 @@ class Gatherer:
 
     def __init__(self, pods: PodSource, metrics: MetricsSource | None = None, *,
                  saturation: SaturationSource | None = None, rule: SaturationRule = KV_SATURATION,
-                 remembered: int = REMEMBERED_CRASHES) -> None:
+                 remembered: int = REMEMBERED_CRASHES, labels: LabelSource | None = None) -> None:
         self.pods = pods
+        #: Prometheus for vLLM's cache_config_info metric (verification); None: the pods' logs only
+        self.labels = labels
         self.saturation = saturation or (PerObjectSaturation(metrics, rule) if metrics is not None else None)
         self.rule = rule
         self._crashes: OrderedDict[tuple[str, str], Crash] = OrderedDict()
@@ -112,6 +142,48 @@ class Gatherer:
         crash = self._crash(target, termination) if termination is not None else None
         return Evidence(crash, saturation, metrics, detail, rollout, target.plan_hash)
 
+    def ready_plan_pods(self, namespace: str, name: str, plan_hash: str) -> tuple[str, ...]:
+        """The Ready pods that run the plan ``plan_hash`` (sorted: one order for the status)."""
+        return tuple(sorted(str(p["metadata"]["name"]) for p in self.pods.pods(
+            namespace, f"app.kubernetes.io/instance={name}") if _runs(p, plan_hash) and _ready(p)))
+
+    def kv_figures(self, namespace: str, pods: tuple[str, ...]) -> tuple[PodReading, ...]:
+        """vLLM's own KV-cache figures of these pods: its cache_config_info metric from Prometheus (one query for
+        all), else the start-up lines of the pod's log (``pods/log``). Never raises: a pod neither source
+        gives is a reading that says why."""
+        if not pods:
+            return ()
+        found: dict[str, dict[str, str]] = {}
+        missing = "no Prometheus configured"
+        if self.labels is not None:
+            missing = f"no {CACHE_CONFIG_INFO} series in {self.labels.where}"
+            try:
+                for labels in self.labels.series(f"{CACHE_CONFIG_INFO}{{{pod_selector(namespace, list(pods))}}}"):
+                    pod = labels.get("pod", "")
+                    if pod not in found or _blocks(labels) < _blocks(found[pod]):
+                        found[pod] = labels  # several engines (data parallel): the smallest pool
+            except MetricsUnavailable as exc:
+                missing = str(exc)
+        readings = []
+        for pod in pods:
+            problem = missing
+            if pod in found:
+                try:
+                    readings.append(PodReading(pod, observed_from_cache_config_info(found[pod])))
+                    continue
+                except ObservationError as exc:
+                    problem = str(exc)
+            try:
+                observed = observed_from_log(self.pods.start_log(namespace, pod, CONTAINER,
+                                                                 limit_bytes=START_LOG_BYTES))
+                readings.append(PodReading(pod, observed))
+            except (LogUnavailable, ObservationError) as exc:
+                readings.append(PodReading(pod, problem=clean_line(f"{problem}; log: {exc}", 300)))
+            except Exception as exc:  # best effort, as the crash log: any other failure is said, not raised
+                readings.append(PodReading(pod, problem=clean_line(f"{problem}; log: {type(exc).__name__}: {exc}",
+                                                                   300)))
+        return tuple(readings)
+
     def _crash(self, target: Target, t: Termination) -> Crash:
         if t.key == target.last_evidence or not t.needs_log:
             return classify_crash(t)  # already acted on, or the pod status says all
@@ -131,6 +203,20 @@ class Gatherer:
         while len(self._crashes) > self._remembered:
             self._crashes.popitem(last=False)
         return crash
+
+
+def _runs(pod: dict[str, Any], plan_hash: str) -> bool:
+    return bool(((pod.get("metadata") or {}).get("annotations") or {}).get(PLAN_HASH) == plan_hash)
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def _blocks(labels: dict[str, str]) -> int:
+    value = labels.get(LABEL_NUM_BLOCKS, "")
+    return int(value) if value.isdigit() else 0
 
 
 # ---- the World -------------------------------------------------------------------------------------------

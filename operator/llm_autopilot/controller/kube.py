@@ -164,7 +164,12 @@ class Kube:
         """The running (or last) container's log tail (the cache download's progress); raises LogUnavailable."""
         return self._log(namespace, pod, container, tail_lines=tail_lines, limit_bytes=limit_bytes, previous=False)
 
-    def _log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int,
+    def start_log(self, namespace: str, pod: str, container: str, *, limit_bytes: int) -> str:
+        """The first ``limit_bytes`` of the running container's log (vLLM's start-up lines: without tailLines,
+        limitBytes counts from the log's start); raises LogUnavailable."""
+        return self._log(namespace, pod, container, tail_lines=None, limit_bytes=limit_bytes, previous=False)
+
+    def _log(self, namespace: str, pod: str, container: str, *, tail_lines: int | None, limit_bytes: int,
              previous: bool) -> str:
         try:
             response: Any = self.core.read_namespaced_pod_log(  # the raw urllib3 response: bytes, not JSON

@@ -284,6 +284,13 @@ class PrometheusClient:
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             raise MetricsUnavailable(f"Prometheus answered an unexpected shape: {exc}") from exc
 
+    def series(self, query: str) -> list[dict[str, str]]:
+        """The labels of each series the query returns (an info metric's figures are its labels)."""
+        try:
+            return [{str(k): str(v) for k, v in r["metric"].items()} for r in self._query(query)]
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise MetricsUnavailable(f"Prometheus answered an unexpected shape: {exc}") from exc
+
     def vector(self, query: str) -> dict[tuple[str, str], float]:
         """(namespace, pod) -> value of each series the query returns."""
         try:

@@ -223,6 +223,9 @@ class WatchedCluster:
     def current_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
         return self.kube.current_log(namespace, pod, container, tail_lines=tail_lines, limit_bytes=limit_bytes)
 
+    def start_log(self, namespace: str, pod: str, container: str, *, limit_bytes: int) -> str:
+        return self.kube.start_log(namespace, pod, container, limit_bytes=limit_bytes)
+
     def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
         """The pods of a model cache's download Job: from the API server (the pod watch holds vLLM's only)."""
         return self.kube.job_pods(namespace, job)

@@ -51,8 +51,17 @@ from llm_autopilot.desired.intent import (
     ready_condition,
     render,
 )
-from llm_autopilot.desired.world import Applied, CacheObservation, SourceView, Unresolved, WorkloadView, World
+from llm_autopilot.desired.world import (
+    Applied,
+    CacheObservation,
+    SourceView,
+    Unresolved,
+    VerificationReading,
+    WorkloadView,
+    World,
+)
 from llm_autopilot.hub.resolve import ArchitectureRequired, ModelResolutionError
+from llm_autopilot.planner import verify
 from llm_autopilot.planner.plan import Plan
 from llm_autopilot.planner.pools import PoolChoice
 from llm_autopilot.remediation.decide import METRICS_AVAILABLE
@@ -179,11 +188,12 @@ def gatherer_for(kube: Cluster, settings: OperatorSettings) -> Gatherer:
         return Gatherer(kube)
     client = PrometheusClient(PrometheusSettings(settings.prometheus_url, settings.prometheus_headers,
                                                  settings.prometheus_verify_tls))
-    return Gatherer(kube, saturation=SaturationRounds(client, round_seconds=settings.prometheus_round_seconds))
+    return Gatherer(kube, saturation=SaturationRounds(client, round_seconds=settings.prometheus_round_seconds),
+                    labels=client)
 
 
 #: how often one reconcile may be asked to read more before deciding (the cache, then the workload and evidence)
-_ROUNDS = 4
+_ROUNDS = 5  # the model cache, the workload and its evidence, the plan's KV figures, then the decision
 
 
 class Reconciler:
@@ -300,6 +310,12 @@ class Reconciler:
             if asks.evidence is not None:
                 evidence = self.gatherer.gather(dataclasses.replace(asks.evidence, deployment=view))
                 world = dataclasses.replace(world, evidence=evidence)
+        if asks.verification is not None:
+            asked = asks.verification
+            ready = self.gatherer.ready_plan_pods(asked.namespace, asked.name, asked.plan_hash)
+            readings = self.gatherer.kv_figures(asked.namespace, verify.pods_to_read(asked.known, asked.plan_hash,
+                                                                                    ready))
+            world = dataclasses.replace(world, verification=VerificationReading(asked.plan_hash, readings))
         return world
 
     def outcome(self, decided: Intent, *, recorded: bool) -> Outcome:

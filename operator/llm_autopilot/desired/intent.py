@@ -27,7 +27,7 @@ from llm_autopilot.api import convert
 from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
 from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.lora import lora_refusal, pinned_adapters
-from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus
+from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus, VerificationStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
 from llm_autopilot.desired import lora_sync
 from llm_autopilot.desired.refusals import autoscaling_problem
@@ -41,6 +41,7 @@ from llm_autopilot.desired.world import (
     World,
 )
 from llm_autopilot.domain.precision import KVCacheDtype
+from llm_autopilot.planner import verify
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
@@ -289,6 +290,31 @@ class Asks:
     #: workload as read)
     workload: WorkloadAsk | None = None
     evidence: Target | None = None
+    #: vLLM's own KV figures of the plan's Ready pods (plan verification)
+    verification: VerificationAsk | None = None
+
+
+@dataclass(frozen=True)
+class VerificationAsk:
+    """The plan whose Ready pods to read vLLM's KV figures from, and what status.verification already read."""
+
+    namespace: str
+    name: str
+    plan_hash: str
+    known: verify.Known | None
+
+
+def known_verification(raw: Any) -> verify.Known | None:
+    """Which plan and pods status.verification read (None: nothing readable, so read again)."""
+    if not isinstance(raw, dict):
+        return None
+    try:
+        known = VerificationStatus.model_validate(raw)
+    except ValueError:
+        return None
+    if known.plan_hash is None:
+        return None
+    return verify.Known(known.plan_hash, frozenset(p.pod for p in known.pods))
 
 
 @dataclass(frozen=True)
@@ -489,6 +515,7 @@ class _Pass:
             view = world.applied.view
         self.report_plan(final, ctx, view)
         self.note_inputs(ctx, final, world.evidence)
+        self.report_verification(final)
         self.out.lora = LoRAAsk(ctx.spec, final.plan.config)  # without LoRA, status.lora goes (no pod is called)
         self.report_cache()
         return self.finish()
@@ -550,6 +577,30 @@ class _Pass:
             replicas=state.effective_replicas(ctx.spec.replicas), deployment=None,
             last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
             kv_window=policy.kv_saturation_window_seconds)))
+
+    def report_verification(self, r: Rendered) -> None:
+        """status.verification and PlanVerified: the plan's Ready pods read once per plan (asked for, then
+        judged by planner/verify.py)."""
+        known = known_verification(self.status.get("verification"))
+        seen = self.world.verification
+        if seen is None or seen.plan_hash != r.plan_hash:
+            raise _Ask(Asks(verification=VerificationAsk(self.owner.namespace, self.owner.name, r.plan_hash, known)))
+        decision = verify.decide(verify.predict(r.plan.config, r.plan.estimate), r.plan_hash, known, seen.readings,
+                                 vllm_version=str(r.plan.config.vllm.version), now=self.now)
+        if not decision.keep:
+            found = VerificationStatus.of_pods(decision.results, plan_hash=r.plan_hash)
+            value = found.model_dump(by_alias=True, exclude_none=True, mode="json") if found else None
+            if _changed(self.status, "verification", value):
+                self.out.status["verification"] = value
+        status, reason, message = decision.condition
+        if not reason:
+            return
+        before = self.conditions
+        self.condition(verify.PLAN_VERIFIED, status, reason, message)
+        if decision.event is not None and before != self.conditions:
+            self.event(*decision.event)
+        if reason == verify.UNREADABLE:
+            self.out.settled = False  # read again on the next resync
 
     def report_cache(self) -> None:
         status = self.cache_status

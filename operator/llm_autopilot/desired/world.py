@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CacheStatus, SourceStatus
 from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.planner.verify import PodReading
 from llm_autopilot.remediation.decide import Evidence
 from llm_autopilot.render.cache import CacheInputs
 from llm_autopilot.render.kubernetes import Owner
@@ -97,6 +98,15 @@ class Target:
 
 
 @dataclass(frozen=True)
+class VerificationReading:
+    """vLLM's own KV figures of the Ready pods of the plan ``plan_hash`` still to read for it (none: every one was
+    read, or none is Ready), read by controller/gather.py."""
+
+    plan_hash: str
+    readings: tuple[PodReading, ...] = ()
+
+
+@dataclass(frozen=True)
 class WorkloadView:
     """The serving workload's status as a Deployment's (None: none exists), read for the plan ``plan_hash``."""
 
@@ -143,6 +153,7 @@ class World:
     cache: CacheObservation | None = None
     workload: WorkloadView | None = None
     evidence: Evidence | None = None
+    verification: VerificationReading | None = None
     applied: Applied | None = None
 
     def node_pairs(self) -> Iterable[tuple[Mapping[str, str], int]]:

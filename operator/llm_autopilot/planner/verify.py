@@ -29,6 +29,11 @@ from llm_autopilot.vllm.metrics import CACHE_CONFIG_INFO
 TOLERANCE_PERCENT = 2.0
 #: the condition verification sets
 PLAN_VERIFIED = "PlanVerified"
+#: the reasons of the PlanVerified condition
+AWAITING_PODS = "AwaitingPods"
+UNREADABLE = "FiguresUnreadable"
+WITHIN_TOLERANCE = "WithinTolerance"
+OUTSIDE_TOLERANCE = "OutsideTolerance"
 
 
 class ObservationError(ValueError):
@@ -183,8 +188,8 @@ class Verification:
                    f"({self.predicted_kv_bytes / GIB:.2f} GiB): {self.error_percent:+.2f} % of GPU memory, "
                    f"tolerance ±{self.tolerance_percent:g} %")
         if self.verified:
-            return True, "WithinTolerance", message
-        return False, "OutsideTolerance", message
+            return True, WITHIN_TOLERANCE, message
+        return False, OUTSIDE_TOLERANCE, message
 
 
 def verify(prediction: Prediction, observed: Observed, *, vllm_version: str, now: datetime,
@@ -208,3 +213,86 @@ def verify(prediction: Prediction, observed: Observed, *, vllm_version: str, now
         predicted_blocks=prediction.num_blocks, actual_blocks=observed.num_blocks,
         predicted_kv_bytes=prediction.kv_cache_bytes, actual_kv_bytes=actual, error_percent=error,
         source=observed.source, vllm_version=vllm_version, time=now, tolerance_percent=tolerance_percent)
+
+
+# ---- the decision the controller takes on what it read ---------------------------------------------------
+
+@dataclass(frozen=True)
+class PodReading:
+    """What one Ready pod of the plan gave: vLLM's figures, or why neither source could be read."""
+
+    pod: str
+    observed: Observed | None = None
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class Known:
+    """What status.verification already holds: the plan it verified and the pods it read."""
+
+    plan_hash: str
+    pods: frozenset[str]
+
+
+def pods_to_read(known: Known | None, plan_hash: str, ready: tuple[str, ...]) -> tuple[str, ...]:
+    """The Ready pods of the current plan to read: none once every one of them was read for this plan (a
+    plan's KV figures do not change while it runs), else all of them (so the status stays one consistent
+    reading of the plan's pods)."""
+    if known is not None and known.plan_hash == plan_hash and all(p in known.pods for p in ready):
+        return ()
+    return ready
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to write. ``keep``: status.verification stays as it is; else ``results`` replace it (empty: it is
+    removed). ``condition`` is PlanVerified's (status, reason, message); ``event`` goes out when the condition
+    changes."""
+
+    condition: tuple[bool | None, str, str]
+    keep: bool = False
+    results: tuple[tuple[str, Verification], ...] = ()
+    event: tuple[str, str, str] | None = None
+
+    @property
+    def worst(self) -> Verification | None:
+        """The pod furthest from the plan: the status's figures."""
+        return max((v for _, v in self.results), key=lambda v: abs(v.error_percent), default=None)
+
+
+def decide(prediction: Prediction, plan_hash: str, known: Known | None, readings: tuple[PodReading, ...], *,
+           vllm_version: str, now: datetime, tolerance_percent: float = TOLERANCE_PERCENT) -> Decision:
+    """PlanVerified and status.verification from the readings of the plan's Ready pods (none: nothing was
+    read this time)."""
+    same_plan = known is not None and known.plan_hash == plan_hash
+    if not readings:
+        if same_plan:
+            return Decision(condition=(None, "", ""), keep=True)
+        return Decision(condition=(None, AWAITING_PODS, "no Ready pod of the current plan yet: vLLM's KV-cache "
+                                                        "figures are read once one serves"))
+    results: list[tuple[str, Verification]] = []
+    problems: list[str] = []
+    for reading in readings:
+        if reading.observed is None:
+            problems.append(f"{reading.pod}: {reading.problem}")
+            continue
+        try:
+            results.append((reading.pod, verify(prediction, reading.observed, vllm_version=vllm_version, now=now,
+                                                tolerance_percent=tolerance_percent)))
+        except ObservationError as exc:
+            problems.append(f"{reading.pod}: {exc}")
+    if not results:
+        message = "vLLM's KV-cache figures could not be read (Prometheus, then the pod's log): " + "; ".join(
+            problems)
+        return Decision(condition=(None, UNREADABLE, message), keep=same_plan,
+                        event=("Warning", "VerificationUnreadable", message))
+    decision = Decision(condition=(None, "", ""), results=tuple(results))
+    worst = decision.worst
+    assert worst is not None
+    verified, reason, message = worst.condition()
+    if len(results) > 1:
+        message = f"{len(results)} pods read, the furthest from the plan: {message}"
+    if problems:
+        message += f" ({len(problems)} pod(s) unreadable: {'; '.join(problems)})"
+    event = ("Normal", "PlanVerified", message) if verified else ("Warning", "PlanNotVerified", message)
+    return Decision(condition=(verified, reason, message), results=tuple(results), event=event)

@@ -39,6 +39,8 @@ AVAILABLE_KV_MEMORY = re.compile(_WORKER + r"Available KV cache memory: (?P<gib>
 KV_CACHE_SIZE = re.compile(
     r"(?P<device>\b[A-Z]+(?: \+ host)?) KV cache size: (?P<tokens>\d[\d,]*) tokens"
     r"(?: \((?P<blocks>\d[\d,]*) blocks x (?P<block_size>\d+) tokens/block\))?")
-V0_BLOCKS = re.compile(r"#?\s*(?P<device>[A-Za-z]+) blocks: (?P<blocks>\d+), # CPU blocks: \d+")
+#: the device word is bounded and starts at a word boundary: an unbounded ``[A-Za-z]+`` backtracks over every
+#: start of a long run of letters (quadratic: a 512 KiB log of one "word" took minutes)
+V0_BLOCKS = re.compile(r"#?\s*\b(?P<device>[A-Za-z]{1,16}) blocks: (?P<blocks>\d+), # CPU blocks: \d+")
 #: the precision of "Available KV cache memory": format_gib rounds to 0.01 GiB
 AVAILABLE_KV_MEMORY_STEP_GIB = 0.01

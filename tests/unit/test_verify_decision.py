@@ -1,0 +1,259 @@
+"""The controller's verification: the pure decision (planner/verify.py ``decide``, ``pods_to_read``) case by
+case, the gather shell's reads (Prometheus's vllm:cache_config_info, then the pod's start-up log), and the
+reconcile's hook (read once per plan, PlanVerified with an Event, status.verification)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from llm_autopilot.api.v1alpha1 import VerificationStatus
+from llm_autopilot.controller.gather import START_LOG_BYTES, Gatherer
+from llm_autopilot.controller.kube import LogUnavailable
+from llm_autopilot.controller.metrics import MetricsUnavailable
+from llm_autopilot.planner.verify import (
+    AWAITING_PODS,
+    OUTSIDE_TOLERANCE,
+    UNREADABLE,
+    WITHIN_TOLERANCE,
+    Known,
+    Observed,
+    PodReading,
+    Prediction,
+    Source,
+    decide,
+    pods_to_read,
+)
+from tests.conftest import DATA
+from tests.unit.fakes import NAMESPACE, FakeCluster, Run
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+INFO = json.loads((DATA / "vllm_cache_config_info.json").read_text())["labels"]
+CPU_LINE = json.loads((DATA / "vllm_cpu_kv_golden.json").read_text())["cases"][0]["line"]
+# 1,000 blocks of 1 MiB planned on a "GPU" of 1,000 MiB: one block is 0.1 % of its memory
+PREDICTION = Prediction(kv_cache_tokens=16000, num_blocks=1000, block_size=16, kv_cache_bytes=1000 * 2**20,
+                        block_bytes=2**20, gpu_total_bytes=1000 * 2**20)
+
+
+def blocks(n: int) -> Observed:
+    return Observed(Source.METRICS, kv_cache_tokens=n * 16, num_blocks=n, block_size=16)
+
+
+@pytest.mark.parametrize(("name", "known", "ready", "read"), [
+    ("nothing known: every Ready pod", None, ("a", "b"), ("a", "b")),
+    ("no Ready pod", None, (), ()),
+    ("this plan, every pod read: none (not read again each reconcile)", Known("h1", frozenset({"a", "b"})),
+     ("a", "b"), ()),
+    ("this plan, a pod gone: none", Known("h1", frozenset({"a", "b"})), ("a",), ()),
+    ("this plan, a new replica Ready: all again", Known("h1", frozenset({"a"})), ("a", "b"), ("a", "b")),
+    ("another plan: all", Known("h0", frozenset({"a"})), ("a",), ("a",)),
+])
+def test_which_pods_are_read(name: str, known: Known | None, ready: tuple[str, ...],
+                             read: tuple[str, ...]) -> None:
+    assert pods_to_read(known, "h1", ready) == read, name
+
+
+@pytest.mark.parametrize(("name", "known", "readings", "condition", "keep", "pods", "error", "event"), [
+    ("no pod Ready yet", None, (), (None, AWAITING_PODS), False, (), None, None),
+    ("a new plan, its pods not Ready: the old plan's figures go", Known("h0", frozenset({"a"})), (),
+     (None, AWAITING_PODS), False, (), None, None),
+    ("this plan already read: nothing changes", Known("h1", frozenset({"a"})), (), (None, ""), True, (), None,
+     None),
+    ("as planned", None, (PodReading("a", blocks(1000)),), (True, WITHIN_TOLERANCE), False, ("a",), 0.0,
+     ("Normal", "PlanVerified")),
+    ("1.5 % short: within 2 %", None, (PodReading("a", blocks(985)),), (True, WITHIN_TOLERANCE), False, ("a",),
+     -1.5, ("Normal", "PlanVerified")),
+    ("3 % short: past the tolerance", None, (PodReading("a", blocks(970)),), (False, OUTSIDE_TOLERANCE), False,
+     ("a",), -3.0, ("Warning", "PlanNotVerified")),
+    ("3 % over: wasted memory is past it too", None, (PodReading("a", blocks(1030)),),
+     (False, OUTSIDE_TOLERANCE), False, ("a",), 3.0, ("Warning", "PlanNotVerified")),
+    ("two replicas: the furthest one decides", None,
+     (PodReading("a", blocks(1000)), PodReading("b", blocks(960))), (False, OUTSIDE_TOLERANCE), False,
+     ("a", "b"), -4.0, ("Warning", "PlanNotVerified")),
+    ("one replica unreadable: the other is verified", None,
+     (PodReading("a", blocks(995)), PodReading("b", problem="no series; log: 403")), (True, WITHIN_TOLERANCE),
+     False, ("a",), -0.5, ("Normal", "PlanVerified")),
+    ("nothing readable: Unknown, read again", None, (PodReading("a", problem="no series; log: 403"),),
+     (None, UNREADABLE), False, (), None, ("Warning", "VerificationUnreadable")),
+    ("nothing readable on a read plan: its figures stay", Known("h1", frozenset({"a"})),
+     (PodReading("b", problem="no series; log: 403"),), (None, UNREADABLE), True, (), None,
+     ("Warning", "VerificationUnreadable")),
+    ("figures that cannot be compared are unreadable", None, (PodReading("a", Observed(Source.LOG)),),
+     (None, UNREADABLE), False, (), None, ("Warning", "VerificationUnreadable")),
+])
+def test_the_decision(name: str, known: Known | None, readings: tuple[PodReading, ...],
+                      condition: tuple[bool | None, str], keep: bool, pods: tuple[str, ...], error: float | None,
+                      event: tuple[str, str] | None) -> None:
+    d = decide(PREDICTION, "h1", known, readings, vllm_version="0.32.0", now=NOW)
+    assert d.condition[:2] == condition, name
+    assert d.keep is keep, name
+    assert tuple(p for p, _ in d.results) == pods, name
+    worst = d.worst
+    assert (None if worst is None else round(worst.error_percent, 6)) == error, name
+    assert (None if d.event is None else d.event[:2]) == event, name
+    if worst is not None:  # the message carries both numbers
+        assert "predicted 16,000 tokens" in d.condition[2] and f"{worst.actual_tokens:,} tokens" in d.condition[2]
+        assert d.event is not None and d.event[2] == d.condition[2]
+    for r in readings:  # why a pod could not be read is said
+        if r.problem and d.condition[1]:
+            assert f"{r.pod}: {r.problem}" in d.condition[2], d.condition
+
+
+def test_the_status_of_a_decision() -> None:
+    d = decide(PREDICTION, "h1", None, (PodReading("a", blocks(1000)), PodReading("b", blocks(960))),
+               vllm_version="0.32.0", now=NOW)
+    status = VerificationStatus.of_pods(d.results, plan_hash="h1")
+    assert status is not None
+    dumped = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    assert dumped["planHash"] == "h1" and dumped["actualBlocks"] == 960 and dumped["errorPercent"] == -4.0
+    assert [(p["pod"], p["actualBlocks"], p["errorPercent"]) for p in dumped["pods"]] == [
+        ("a", 1000, 0.0), ("b", 960, -4.0)]
+    assert VerificationStatus.model_validate(dumped) == status
+    assert VerificationStatus.of_pods((), plan_hash="h1") is None
+
+
+# ---- the shell: what is read, from where ----------------------------------------------------------------
+
+class Labels:
+    where = "Prometheus at test"
+
+    def __init__(self, answer: list[dict[str, str]] | Exception) -> None:
+        self.answer = answer
+        self.queries: list[str] = []
+
+    def series(self, query: str) -> list[dict[str, str]]:
+        self.queries.append(query)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def pod(name: str, plan_hash: str, ready: bool = True) -> dict[str, Any]:
+    return {"metadata": {"name": name, "annotations": {"llm-autopilot.io/plan-hash": plan_hash}},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def test_ready_pods_of_the_plan_only() -> None:
+    kube = FakeCluster(pod_list=[pod("b", "h1"), pod("a", "h1"), pod("c", "h1", ready=False), pod("d", "h0")])
+    assert Gatherer(kube).ready_plan_pods("ns", "x", "h1") == ("a", "b")
+
+
+def test_prometheus_first_then_the_log() -> None:
+    kube = FakeCluster(current_logs={"b": "INFO ... " + CPU_LINE})
+    labels = Labels([{**INFO, "namespace": "ns", "pod": "a"}])
+    readings = Gatherer(kube, labels=labels).kv_figures("ns", ("a", "b"))
+    assert labels.queries == ['vllm:cache_config_info{namespace="ns",pod=~"a|b"}']
+    a, b = readings
+    assert a.observed is not None and a.observed.source is Source.METRICS and a.observed.num_blocks == 64
+    assert b.observed is not None and b.observed.source is Source.LOG and b.observed.kv_cache_tokens == 8192
+    assert kube.start_log_reads == ["b"]  # the pod Prometheus gave is not read from its log
+
+
+def test_several_engines_of_one_pod_give_the_smallest_pool() -> None:
+    labels = Labels([{**INFO, "pod": "a", "engine": "0", "num_gpu_blocks": "64"},
+                     {**INFO, "pod": "a", "engine": "1", "num_gpu_blocks": "60"}])
+    (a,) = Gatherer(FakeCluster(), labels=labels).kv_figures("ns", ("a",))
+    assert a.observed is not None and a.observed.num_blocks == 60
+
+
+@pytest.mark.parametrize(("name", "labels", "log", "problem"), [
+    ("no Prometheus, no log", None, LogUnavailable("403 Forbidden: pods/log"),
+     "no Prometheus configured; log: 403 Forbidden: pods/log"),
+    ("Prometheus down, the log still loading", Labels(MetricsUnavailable("Prometheus query failed: timeout")),
+     "Loading weights took 1.0 GiB", "Prometheus query failed: timeout; log: the log has no KV-cache line"),
+    ("no series yet, the log gone", Labels([]), LogUnavailable("404 Not Found"),
+     "no vllm:cache_config_info series in Prometheus at test; log: 404 Not Found"),
+    ("a forged label, the log unreadable", Labels([{**INFO, "pod": "a", "num_gpu_blocks": "lots"}]),
+     RuntimeError("kubelet gone"), "num_gpu_blocks='lots' is not a whole number; log: RuntimeError: kubelet gone"),
+])
+def test_what_cannot_be_read_is_said(name: str, labels: Labels | None, log: str | Exception, problem: str) -> None:
+    kube = FakeCluster(current_logs={"a": log})
+    (a,) = Gatherer(kube, labels=labels).kv_figures("ns", ("a",))
+    first, then = problem.split("; log: ")
+    assert a.observed is None and first in a.problem and a.problem.index(first) < a.problem.index(then), (name,
+                                                                                                      a.problem)
+
+
+def test_the_log_is_read_from_its_start_and_bounded() -> None:
+    kube = FakeCluster(current_logs={"a": CPU_LINE + "\n" + "x" * (2 * START_LOG_BYTES)})
+    (a,) = Gatherer(kube).kv_figures("ns", ("a",))
+    assert a.observed is not None and a.observed.kv_cache_tokens == 8192
+    assert Gatherer(kube).kv_figures("ns", ()) == ()
+
+
+# ---- the reconcile's hook ------------------------------------------------------------------------------
+
+QWEN_H100 = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"},
+             "serving": {"maxModelLen": 16384, "minMaxModelLen": 4096}}
+
+
+def _serving(run: Run, name: str = "x-1") -> None:
+    run.cluster.pod_list = [pod(name, run.cluster.plan_hash())]
+
+
+def test_a_plan_is_read_once_and_judged() -> None:
+    run = Run(QWEN_H100)
+    run.once()
+    assert run.condition("PlanVerified")["reason"] == AWAITING_PODS and "verification" not in run.status
+    # the pod is Ready: its log's KV line (Prometheus is not configured) is 100 tokens: far below the plan
+    _serving(run)
+    run.cluster.current_logs["x-1"] = "INFO GPU KV cache size: 100 tokens, Maximum concurrency ..."
+    out = run.once()
+    verification = run.status["verification"]
+    assert verification["planHash"] == run.cluster.plan_hash() and verification["source"] == "log"
+    assert verification["actualTokens"] == 100 and verification["predictedTokens"] > 100_000
+    assert verification["verified"] is False and verification["errorPercent"] < -2
+    assert [p["pod"] for p in verification["pods"]] == ["x-1"]
+    condition = run.condition("PlanVerified")
+    assert (condition["status"], condition["reason"]) == ("False", OUTSIDE_TOLERANCE)
+    assert f"{verification['predictedTokens']:,} tokens" in condition["message"]
+    assert next(e for e in out.events if e[1] == "PlanNotVerified")[0] == "Warning"
+    # the same plan, the same pod: nothing is read again, nothing written, no second Event
+    for _ in range(2):
+        out = run.once()
+        assert run.cluster.start_log_reads == ["x-1"] and out.status == {} and out.events == []
+
+
+def test_prometheus_first_and_a_verified_plan() -> None:
+    run = Run(QWEN_H100)
+    run.once()
+    _serving(run)
+    predicted = None
+
+    class Exact(Labels):
+        def series(self, query: str) -> list[dict[str, str]]:
+            self.queries.append(query)
+            assert predicted is not None
+            return [{"namespace": NAMESPACE, "pod": "x-1", "num_gpu_blocks": str(predicted["predictedBlocks"]),
+                     "block_size": "16", "kv_cache_size_tokens": str(predicted["predictedTokens"])}]
+
+    # first from the log, to learn the plan's figures; then a new pod of the plan, read from Prometheus
+    run.cluster.current_logs["x-1"] = "GPU KV cache size: 100 tokens"
+    run.once()
+    predicted = run.status["verification"]
+    labels = Exact([])
+    run.gatherer = Gatherer(run.cluster, labels=labels)
+    run.cluster.pod_list.append(pod("x-2", run.cluster.plan_hash()))
+    out = run.once()
+    verification = run.status["verification"]
+    assert labels.queries == [f'vllm:cache_config_info{{namespace="{NAMESPACE}",pod=~"x-1|x-2"}}']
+    assert verification["source"] == "metrics" and verification["verified"] is True
+    assert verification["actualBlocks"] == predicted["predictedBlocks"] and abs(verification["errorPercent"]) < 0.1
+    assert run.condition("PlanVerified")["status"] == "True"
+    assert [e[:2] for e in out.events if "Verif" in e[1]] == [("Normal", "PlanVerified")]
+
+
+def test_an_unreadable_pod_is_read_again_and_said_once() -> None:
+    run = Run(QWEN_H100)
+    run.once()
+    _serving(run)
+    run.cluster.current_logs["x-1"] = LogUnavailable("403 Forbidden: pods/log")
+    first, second = run.once(), run.once()
+    assert run.cluster.start_log_reads == ["x-1", "x-1"] and "verification" not in run.status
+    assert run.condition("PlanVerified")["reason"] == UNREADABLE and "403 Forbidden" in run.condition(
+        "PlanVerified")["message"]
+    assert [e[1] for e in first.events if "Verif" in e[1]] == ["VerificationUnreadable"]
+    assert [e for e in second.events if "Verif" in e[1]] == [] and not second.settled
