@@ -88,18 +88,12 @@ def s3_endpoint(options: S3Options | None) -> str:
     return (options.endpoint if options else None) or default_endpoint(options.region if options else "us-east-1")
 
 
-def resolve_spec_model(spec: LLMDeploymentSpec, *, hub: ModelReader, secret: SecretReader,
-                       timeout: float, volume: ModelFiles | None = None) -> ModelArchitecture:
-    """The architecture of the spec's model, read from its source (``volume``: what a pvc:// source's inspect
-    Job read there)."""
-    return resolve_spec_source(spec, hub=hub, secret=secret, timeout=timeout, volume=volume)[0]
-
-
 def resolve_spec_source(spec: LLMDeploymentSpec, *, hub: ModelReader, secret: SecretReader, timeout: float,
                         volume: ModelFiles | None = None, recorded: SourceStatus | None = None,
                         ) -> tuple[ModelArchitecture, SourceStatus | None]:
-    """:func:`resolve_spec_model`, and for an s3:// source read from the store, what to keep in status.source
-    (``recorded``: what was kept; unchanged objects are not read again)."""
+    """The architecture of the spec's model, read from its source (``volume``: what a pvc:// source's inspect
+    Job read there), and for an s3:// source read from the store, what to keep in status.source (``recorded``:
+    what was kept; unchanged objects are not read again)."""
     model = spec.model
     override = model.architecture.as_hf_config() if model.architecture else None
     weight_bytes = model.architecture.weight_bytes if model.architecture else None
