@@ -28,6 +28,7 @@ from llm_autopilot.controller.metrics import (
     QueryRejected,
     SaturationSource,
 )
+from llm_autopilot.controller.observed import pod_ready
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.controller.sources import resolve_spec_source
 from llm_autopilot.desired.world import AdapterReading, GPUNode, SourceView, Target, World
@@ -145,7 +146,7 @@ class Gatherer:
     def ready_plan_pods(self, namespace: str, name: str, plan_hash: str) -> tuple[str, ...]:
         """The Ready pods that run the plan ``plan_hash`` (sorted: one order for the status)."""
         return tuple(sorted(str(p["metadata"]["name"]) for p in self.pods.pods(
-            namespace, f"app.kubernetes.io/instance={name}") if _runs(p, plan_hash) and _ready(p)))
+            namespace, f"app.kubernetes.io/instance={name}") if _runs(p, plan_hash) and pod_ready(p)))
 
     def kv_figures(self, namespace: str, pods: tuple[str, ...]) -> tuple[PodReading, ...]:
         """vLLM's own KV-cache figures of these pods: its cache_config_info metric from Prometheus (one query for
@@ -207,11 +208,6 @@ class Gatherer:
 
 def _runs(pod: dict[str, Any], plan_hash: str) -> bool:
     return bool(((pod.get("metadata") or {}).get("annotations") or {}).get(PLAN_HASH) == plan_hash)
-
-
-def _ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _blocks(labels: dict[str, str]) -> int:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import httpx
 
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
-from llm_autopilot.controller.observed import INSTANCE_LABEL
+from llm_autopilot.controller.observed import INSTANCE_LABEL, pod_ready
 from llm_autopilot.desired import lora_sync
 from llm_autopilot.desired.lora_sync import Action, PodView, Served, Updates
 from llm_autopilot.planner.config import ServingConfig
@@ -103,9 +103,7 @@ def ready_pods(pods: Sequence[Mapping[str, Any]]) -> list[ReadyPod]:
     found = []
     for pod in pods:
         meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        ready = ready or status.get("ready") == "True"  # the pod watch's summary (controller/observed.py)
-        if ready and not meta.get("deletionTimestamp") and status.get("podIP") and meta.get("name"):
+        if pod_ready(pod) and not meta.get("deletionTimestamp") and status.get("podIP") and meta.get("name"):
             found.append(ReadyPod(str(meta["name"]), str(status["podIP"])))
     return sorted(found, key=lambda p: p.name)
 

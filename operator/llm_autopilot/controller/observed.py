@@ -164,6 +164,14 @@ class Watched:
         return digest(parts)
 
 
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod is Ready: from its conditions (a pod as the API server gives it) or from the pod watch's
+    summary above (``status.ready``)."""
+    status = pod.get("status") or {}
+    return status.get("ready") == "True" or any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
 class WatchedCluster:
     """The Kubernetes calls of one handler call: reads from the watches, writes through ``kube``; an object
     this call wrote is read from the API server again (its watch event may not have arrived yet)."""
