@@ -88,7 +88,8 @@ def test_max_model_len_above_the_real_kv_room_is_lowered_to_vllms_estimate(
         report("KV capacity", vllm_line=evidence["message"][:160], failure_to_serving_s=round(
             seconds_since(crashed_at)), max_model_len="16384 -> 7936", hub_bytes_downloaded=downloaded)
         verified = _verification_of(kubectl, namespace, "kv", pod)
-        report("verification (4 MiB KV room)", **{k: verified[k] for k in (
+        # a log reading has no actualBlocks (the CPU build's log line prints tokens only): report what is there
+        report("verification (4 MiB KV room)", **{k: verified.get(k) for k in (
             "source", "predictedTokens", "actualTokens", "predictedBlocks", "actualBlocks", "predictedKVGiB",
             "actualKVGiB", "errorPercent")})
 
