@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import huggingface_hub.utils._http
 import pytest
 from hack.hub_server import TOKEN, FakeHub, Repo
 
@@ -222,11 +223,25 @@ def test_unknown_revision(hub: FakeHub, cache_dir: str) -> None:
         client(hub, cache_dir).fetch(NOT_IN_CATALOG, revision="no-such-tag")
 
 
-def test_unreachable_endpoint_says_it_cannot_reach_the_hub(closed_endpoint: str, cache_dir: str) -> None:
-    # huggingface_hub retries connection errors with backoff: this one test takes ~20 s
+class _Backoff:
+    """huggingface_hub's backoff clock (its module's ``time``): each wait is recorded, none is waited out."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+def test_unreachable_endpoint_says_it_cannot_reach_the_hub(closed_endpoint: str, cache_dir: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # huggingface_hub retries connection errors with backoff (1+2+4+8+8 s): recorded here, not waited out
+    backoff = _Backoff()
+    monkeypatch.setattr(huggingface_hub.utils._http, "time", backoff)
     with pytest.raises(ModelFetchError, match="cannot reach the Hugging Face Hub") as err:
         HubClient(endpoint=closed_endpoint, cache_dir=cache_dir, timeout=2).fetch("acme/anything")
     assert "HF_ENDPOINT" in str(err.value)
+    assert backoff.waits, "huggingface_hub no longer waits through its module's time: this test would wait again"
 
 
 # --- load_local -----------------------------------------------------------------------------------------
