@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
-import socket
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -314,10 +316,44 @@ def test_admission_admits_an_unreadable_adapter_with_a_warning(adapter_hub: Fake
                "operator reconciles it" in w for w in verdict.warnings), verdict.warnings
 
 
+class SilentHub:
+    """A Hub that accepts every request and answers none until released, then answers each with 404
+    RepoNotFound (which huggingface_hub does not retry), so an abandoned read ends soon after the release."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+        released = self.released
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.do_HEAD()
+
+            def do_HEAD(self) -> None:
+                released.wait()
+                with contextlib.suppress(OSError):  # the client gave up on this request (its timeout)
+                    self.send_response(404)
+                    self.send_header("X-Error-Code", "RepoNotFound")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def test_admission_answers_within_its_budget_when_the_hub_does_not(monkeypatch: pytest.MonkeyPatch) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:  # nothing listens there: every request fails
-        sock.bind(("127.0.0.1", 0))
-        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{sock.getsockname()[1]}")
+    hub = SilentHub()  # accepts, never answers within the budget (a refused port fails at once, then retries)
+    monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     pool = ThreadPoolExecutor(max_workers=1)
     started = time.monotonic()
@@ -325,8 +361,11 @@ def test_admission_answers_within_its_budget_when_the_hub_does_not(monkeypatch: 
         verdict = review(REFUSED, "0.33.0", adapters=lambda s: admission_check(s, timeout=1.0, budget=2.0, pool=pool))
         elapsed = time.monotonic() - started
     finally:
-        pool.shutdown(wait=True)  # the abandoned read ends (its retries) before the test does
-    assert verdict.allowed and elapsed < 10.0, elapsed  # huggingface_hub alone retries for about 25 s per file
+        hub.released.set()  # the abandoned read now gets 404s and ends
+        pool.shutdown(wait=True)  # ... before the test does
+        hub.stop()
+    # huggingface_hub alone retries a request that times out 5 times: ~29 s per file on this Hub
+    assert verdict.allowed and elapsed < 10.0, elapsed
     assert any("could not be read from the Hub within 2 s; checked when the operator reconciles it" in w
                for w in verdict.warnings), verdict.warnings
 
