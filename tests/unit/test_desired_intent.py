@@ -10,11 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from unittest import mock
 
 import pytest
 
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
+from llm_autopilot.controller import gather
 from llm_autopilot.controller.gather import read_world
 from llm_autopilot.controller.kube import NodeGPUs
 from llm_autopilot.controller.settings import OperatorSettings
@@ -44,11 +46,14 @@ OWNER = Owner(NAME, NAMESPACE, "uid-1")
 
 def world_for(spec: dict[str, Any], *, nodes: int = 1, keda: bool = False) -> World:
     """The World read_world gives for ``spec`` on ``nodes`` L4 nodes (the test's only read: the model from the
-    catalog), with the object's identity and the operator's settings."""
+    catalog; no adapter configs), with the object's identity and the operator's settings."""
     cluster = FakeCluster(nodes=[NodeGPUs(dict(L4), 1, 180.0) for _ in range(nodes)])
     if keda:
         cluster.objects[("CustomResourceDefinition", KEDA_CRD)] = {"metadata": {"name": KEDA_CRD}}
-    world = read_world(LLMDeploymentSpec.model_validate(spec), NAME, NAMESPACE, cluster, SETTINGS)
+    # the LoRA adapters' configs are each test's to give (World.adapters): never read from huggingface.co, which this
+    # machine cannot reach (~24 s of huggingface_hub's retries per adapter)
+    with mock.patch.object(gather, "read_adapter_configs", lambda *a, **k: AdapterReading()):
+        world = read_world(LLMDeploymentSpec.model_validate(spec), NAME, NAMESPACE, cluster, SETTINGS)
     return dataclasses.replace(world, owner=OWNER, generation=3, operator=SETTINGS)
 
 
