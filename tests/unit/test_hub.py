@@ -10,13 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import huggingface_hub.constants
 import huggingface_hub.utils._http
 import pytest
 from hack.hub_server import TOKEN, FakeHub, Repo
 
 from llm_autopilot.catalog.models import find_catalog_model
 from llm_autopilot.domain.precision import WeightFormat
-from llm_autopilot.hub.client import HubClient, ModelFetchError, load_local
+from llm_autopilot.hub.client import HubClient, ModelFetchError, fetch_adapter_config, load_local
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_model
 
 HUB_DATA = Path(__file__).resolve().parent.parent / "data" / "hub"
@@ -242,6 +243,24 @@ def test_unreachable_endpoint_says_it_cannot_reach_the_hub(closed_endpoint: str,
         HubClient(endpoint=closed_endpoint, cache_dir=cache_dir, timeout=2).fetch("acme/anything")
     assert "HF_ENDPOINT" in str(err.value)
     assert backoff.waits, "huggingface_hub no longer waits through its module's time: this test would wait again"
+
+
+def test_an_unreachable_hub_is_not_an_absent_adapter_config(closed_endpoint: str, cache_dir: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    # "no adapter_config.json" would plan the default rank as if the Hub had said so; "cannot ask" must say so
+    monkeypatch.setattr(huggingface_hub.utils._http, "time", _Backoff())
+    client = HubClient(endpoint=closed_endpoint, cache_dir=cache_dir, timeout=2)
+    with pytest.raises(ModelFetchError, match="cannot reach the Hugging Face Hub for LoRA adapter org/support"):
+        fetch_adapter_config(client, "org/support")
+
+
+def test_offline_with_nothing_cached_is_not_an_absent_optional_file(hub: FakeHub, cache_dir: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    files = client(hub, cache_dir).fetch(QWEN3_06B)  # online: config.json is now cached, the rest is not
+    assert files.checkpoint_bytes == QWEN3_06B_BYTES
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ModelFetchError, match="cannot reach the Hugging Face Hub for LoRA adapter"):
+        fetch_adapter_config(client(hub, cache_dir), QWEN3_06B)
 
 
 # --- load_local -----------------------------------------------------------------------------------------

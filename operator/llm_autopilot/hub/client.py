@@ -105,7 +105,11 @@ class HubClient:
     def _optional_json(self, repo_id: str, filename: str, revision: str | None) -> dict[str, Any] | None:
         try:
             return _read_json(self._download(repo_id, filename, revision), f"{repo_id}/{filename}")
-        except (EntryNotFoundError, LocalEntryNotFoundError):
+        except LocalEntryNotFoundError:
+            # the Hub could not be asked (unreachable, or offline with nothing cached): not "the file is absent",
+            # which would plan an adapter's default rank or a model with no size as if the Hub had said so
+            raise
+        except EntryNotFoundError:
             return None
 
     def _file_size(self, repo_id: str, filename: str, revision: str | None) -> int | None:
@@ -161,6 +165,10 @@ def fetch_adapter_config(client: HubClient, repo_id: str, revision: str | None =
             from exc
     except RepositoryNotFoundError as exc:
         raise ModelFetchError(f"LoRA adapter {repo_id} was not found on the Hub") from exc
+    except LocalEntryNotFoundError as exc:
+        raise ModelFetchError(
+            f"cannot reach the Hugging Face Hub for LoRA adapter {where} (set HF_ENDPOINT for a mirror)"
+        ) from exc
     except ModelFetchError:
         raise
     except Exception as exc:  # transport errors, HTTP errors
