@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from llm_autopilot.api.v1alpha1 import VerificationStatus
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, VerificationStatus
 from llm_autopilot.controller.gather import START_LOG_BYTES, Gatherer
 from llm_autopilot.controller.kube import LogUnavailable
 from llm_autopilot.controller.metrics import MetricsUnavailable
 from llm_autopilot.planner.verify import (
     AWAITING_PODS,
     OUTSIDE_TOLERANCE,
+    TOLERANCE_PERCENT,
     UNREADABLE,
     WITHIN_TOLERANCE,
     Known,
@@ -257,3 +258,34 @@ def test_an_unreadable_pod_is_read_again_and_said_once() -> None:
         "PlanVerified")["message"]
     assert [e[1] for e in first.events if "Verif" in e[1]] == ["VerificationUnreadable"]
     assert [e for e in second.events if "Verif" in e[1]] == [] and not second.settled
+
+
+def test_the_spec_sets_the_tolerance_and_a_new_tolerance_judges_again() -> None:
+    run = Run({**QWEN_H100, "verification": {"tolerancePercent": 20}})
+    run.once()
+    _serving(run)
+    run.cluster.current_logs["x-1"] = "GPU KV cache size: 100 tokens"
+    run.once()
+    predicted = run.status["verification"]["predictedTokens"]
+    # vLLM has 10 % fewer tokens than planned: a few percent of the H100's memory
+    run.cluster.current_logs["x-1"] = f"GPU KV cache size: {predicted * 9 // 10} tokens"
+    run.cluster.pod_list.append(pod("x-2", run.cluster.plan_hash()))  # a new pod: the plan's pods are read again
+    run.once()
+    verification = run.status["verification"]
+    assert -20 < verification["errorPercent"] < -2, verification
+    assert verification["tolerancePercent"] == 20 and verification["verified"] is True
+    assert run.condition("PlanVerified")["status"] == "True"
+    assert "tolerance ±20 %" in run.condition("PlanVerified")["message"]
+    # the spec tightens the tolerance: the same plan and pods are read and judged again with it
+    reads = len(run.cluster.start_log_reads)
+    run.spec = {**QWEN_H100, "verification": {"tolerancePercent": 2}}
+    out = run.once()
+    assert len(run.cluster.start_log_reads) == reads + 2
+    assert run.status["verification"]["tolerancePercent"] == 2 and run.status["verification"]["verified"] is False
+    assert (run.condition("PlanVerified")["status"], run.condition("PlanVerified")["reason"]) == (
+        "False", OUTSIDE_TOLERANCE)
+    assert [e[1] for e in out.events if "Verif" in e[1]] == ["PlanNotVerified"]
+
+
+def test_the_default_tolerance_is_the_plans_own_headroom() -> None:
+    assert LLMDeploymentSpec.model_validate(QWEN_H100).verification.tolerance_percent == TOLERANCE_PERCENT

@@ -811,17 +811,12 @@ SPEC_MAX_BYTES = 64 * 1024
 
 
 class VerificationSpec(APIModel):
-    """How a plan is checked against the running vLLM's own KV-cache figures. Not yet a field of the spec: it
-    becomes spec.verification when the operator reads the figures back (issue #18), so that no admitted knob does
-    nothing."""
+    """How a plan is checked against the running vLLM's own KV-cache figures (planner/verify.py)."""
 
     tolerance_percent: float = Field(
         VERIFICATION_TOLERANCE_PERCENT, ge=0.5, le=20,
         description="KV-memory error, in percent of one GPU's memory, beyond which PlanVerified is False. "
                     f"Default {VERIFICATION_TOLERANCE_PERCENT:g} (the plan's own minimum headroom).")
-    calibrate: bool = Field(
-        True, description="Apply the calibration earlier deployments measured on this GPU, vLLM version and "
-                          "architecture family, and add this deployment's measurement to it. Default true.")
 
 
 class LLMDeploymentSpec(APIModel):
@@ -838,6 +833,9 @@ class LLMDeploymentSpec(APIModel):
         "Remediation then leaves replicas alone.")
     resources: ContainerResources | None = Field(None, description="CPU/memory of the vLLM container.")
     lora: LoRASpec | None = Field(None, description="LoRA adapters served on the base model, with their GPU slots.")
+    verification: VerificationSpec = Field(
+        default_factory=VerificationSpec,
+        description="How the plan is checked against the running vLLM's KV-cache figures (PlanVerified).")
     remediation: RemediationPolicy = Field(
         default_factory=RemediationPolicy, description="How the operator reacts to OOM and KV saturation."
     )

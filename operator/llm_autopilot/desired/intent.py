@@ -304,15 +304,16 @@ class VerificationAsk:
     known: verify.Known | None
 
 
-def known_verification(raw: Any) -> verify.Known | None:
-    """Which plan and pods status.verification read (None: nothing readable, so read again)."""
+def known_verification(raw: Any, tolerance_percent: float) -> verify.Known | None:
+    """Which plan and pods status.verification read (None: nothing readable, or judged with another tolerance
+    than the spec's now: read again and judge again)."""
     if not isinstance(raw, dict):
         return None
     try:
         known = VerificationStatus.model_validate(raw)
     except ValueError:
         return None
-    if known.plan_hash is None:
+    if known.plan_hash is None or known.tolerance_percent != tolerance_percent:
         return None
     return verify.Known(known.plan_hash, frozenset(p.pod for p in known.pods))
 
@@ -515,7 +516,7 @@ class _Pass:
             view = world.applied.view
         self.report_plan(final, ctx, view)
         self.note_inputs(ctx, final, world.evidence)
-        self.report_verification(final)
+        self.report_verification(final, ctx.spec.verification.tolerance_percent)
         self.out.lora = LoRAAsk(ctx.spec, final.plan.config)  # without LoRA, status.lora goes (no pod is called)
         self.report_cache()
         return self.finish()
@@ -578,15 +579,16 @@ class _Pass:
             last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
             kv_window=policy.kv_saturation_window_seconds)))
 
-    def report_verification(self, r: Rendered) -> None:
+    def report_verification(self, r: Rendered, tolerance: float) -> None:
         """status.verification and PlanVerified: the plan's Ready pods read once per plan (asked for, then
         judged by planner/verify.py)."""
-        known = known_verification(self.status.get("verification"))
+        known = known_verification(self.status.get("verification"), tolerance)
         seen = self.world.verification
         if seen is None or seen.plan_hash != r.plan_hash:
             raise _Ask(Asks(verification=VerificationAsk(self.owner.namespace, self.owner.name, r.plan_hash, known)))
         decision = verify.decide(verify.predict(r.plan.config, r.plan.estimate), r.plan_hash, known, seen.readings,
-                                 vllm_version=str(r.plan.config.vllm.version), now=self.now)
+                                 vllm_version=str(r.plan.config.vllm.version), now=self.now,
+                                 tolerance_percent=tolerance)
         if not decision.keep:
             found = VerificationStatus.of_pods(decision.results, plan_hash=r.plan_hash)
             value = found.model_dump(by_alias=True, exclude_none=True, mode="json") if found else None
