@@ -50,6 +50,11 @@ CUDA_STARTUP = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2
                 "See root cause above. Failed core proc(s): {}")
 CUDA_RUNTIME = ("ERROR [core.py:700] EngineCore encountered a fatal error.\ntorch.OutOfMemoryError: CUDA out of "
                 "memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of 79.19 GiB")
+#: the CPU build of vLLM 0.32.0 without --kv-cache-memory-bytes, 64 LoRA slots of rank 512 on a small host
+#: (v1/worker/cpu_worker.py's message; the pid and the node figures are illustrative)
+CPU_NO_KV = ("(EngineCore pid=412) ERROR [core.py:1090] ValueError: Available memory on node 0 (-0.07/22.95 GiB) on "
+             "kv cache allocation is less than requested memory for kv (-0.07/1.17 GiB). Reduce CPU memory used by "
+             "other processes.")
 SAMPLER = "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests."
 
 
@@ -61,6 +66,7 @@ SAMPLER = "RuntimeError: CUDA out of memory occurred when warming up sampler wit
     ("Error", 1, "larger than the available KV cache memory (0.5 GiB). Try", Signal.OTHER_CRASH, None),
     ("Error", 1, "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
      Signal.NO_KV_MEMORY, None),
+    ("Error", 1, CPU_NO_KV, Signal.NO_KV_MEMORY, None),
     ("Error", 1, CUDA_STARTUP, Signal.CUDA_OOM_STARTUP, None),
     ("Error", 1, SAMPLER, Signal.CUDA_OOM_STARTUP, None),
     ("Error", 1, CUDA_RUNTIME, Signal.CUDA_OOM_RUNTIME, None),

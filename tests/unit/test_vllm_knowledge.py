@@ -171,8 +171,8 @@ def test_no_vllm_series_name_outside_the_table(layer: str) -> None:
 def test_no_vllm_error_message_outside_vllm_errors() -> None:
     """A pattern as a literal of its own, or a sentence of vLLM's inside one (remediation's summaries say
     "CUDA out of memory while serving" in their own words)."""
-    messages = [errors.KV_NEEDED, errors.OLD_KV_CAPACITY, errors.NO_CACHE_BLOCKS, errors.SERVING,
-                errors.ENGINE_DEAD, *errors.CUDA_OOM, *errors.STARTUP_MARKERS]
+    messages = [errors.KV_NEEDED, errors.OLD_KV_CAPACITY, errors.NO_CACHE_BLOCKS, errors.CPU_NO_KV_MEMORY,
+                errors.SERVING, errors.ENGINE_DEAD, *errors.CUDA_OOM, *errors.STARTUP_MARKERS]
     assert all(messages)
     found = [f"{p.relative_to(PACKAGE)}:{line}: {m!r}" for p in sorted((PACKAGE / "remediation").rglob("*.py"))
              for line, text in _strings(p) for m in messages if text == m or (len(m) >= 30 and m in text)]

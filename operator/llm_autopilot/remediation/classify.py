@@ -15,6 +15,7 @@ from enum import StrEnum
 
 from llm_autopilot.remediation.text import clean_line, last_line_with, last_nonempty_line
 from llm_autopilot.vllm.errors import (
+    CPU_NO_KV_MEMORY,
     CUDA_OOM,
     ENGINE_DEAD,
     ESTIMATED_MAX_LEN,
@@ -88,7 +89,7 @@ def classify_termination(reason: str | None, exit_code: int | None, message: str
         summary = (f"max_model_len does not fit the KV cache; vLLM estimated {n}" if n is not None
                    else "max_model_len does not fit the KV cache")
         return Classification(Signal.KV_CAPACITY, summary, n, evidence(line))
-    if (no_kv := last_line_with(text, NO_CACHE_BLOCKS)) is not None:
+    if (no_kv := last_line_with(text, NO_CACHE_BLOCKS, CPU_NO_KV_MEMORY)) is not None:
         return Classification(Signal.NO_KV_MEMORY, "no memory was left for the KV cache", evidence=evidence(no_kv))
     if (oom := last_line_with(text, *CUDA_OOM)) is not None:
         at_startup = not _started_serving_before(text, oom) and any(m in text for m in STARTUP_MARKERS)

@@ -20,6 +20,10 @@ OLD_KV_CAPACITY_TOKENS = re.compile(
     r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV cache \((\d+)\)")
 #: the same check, when nothing at all is left for the cache
 NO_CACHE_BLOCKS = "No available memory for the cache blocks"
+#: the CPU build's form of it (``v1/worker/cpu_worker.py::determine_available_memory``, 0.32.0): the host memory
+#: left is below the KV cache asked for ("Available memory on node 0 (x/y GiB) on kv cache allocation is less than
+#: requested memory for kv (-0.07/1.17 GiB)"), with --kv-cache-memory-bytes or without it
+CPU_NO_KV_MEMORY = "allocation is less than requested memory for kv"
 #: CUDA OOMs: torch's messages, and vLLM's own while loading (``gpu_model_runner.py``) and warming up the sampler
 CUDA_OOM = ("CUDA out of memory", "torch.OutOfMemoryError", "torch.cuda.OutOfMemoryError", "CUDA error: out of memory",
             "Failed to load model - not enough GPU memory", "CUDA out of memory occurred when warming up sampler")
