@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -21,6 +21,7 @@ from pydantic import (
     Field,
     PlainValidator,
     WithJsonSchema,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -38,6 +39,7 @@ from llm_autopilot.api.serve_flags import (
 )
 from llm_autopilot.api.sources import HubSource, Source, parse_source, source_problem
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
+from llm_autopilot.domain.knobs import KNOBS, Kind, Knob
 from llm_autopilot.domain.precision import GIB
 from llm_autopilot.planner.verify import TOLERANCE_PERCENT as VERIFICATION_TOLERANCE_PERCENT
 from llm_autopilot.planner.verify import Verification
@@ -963,26 +965,40 @@ class RemediationEvent(StatusModel):
     evidence: dict[str, str] = Field(default_factory=dict, description="Query, value, pod, time, source...")
 
 
-class RemediationOverrides(StatusModel):
+class RemediationOverridesBase(StatusModel):
     """Settings remediation imposes on top of the spec and the planner."""
 
-    max_model_len: int | None = Field(None, ge=1, description="Cap on max_model_len.")
-    max_num_batched_tokens: int | None = Field(None, ge=1, description="Pinned max_num_batched_tokens.")
-    max_num_seqs: int | None = Field(None, ge=1, description="Pinned max_num_seqs.")
-    enforce_eager: bool | None = Field(None, description="CUDA graphs off.")
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Pinned gpu_memory_utilization.")
-    fp8_kv_cache: bool | None = Field(None, alias="fp8KVCache", description="KV cache forced to fp8.")
-    min_gpus: int | None = Field(None, alias="minGPUs", ge=1, le=64,
-                                 description="At least this many GPUs per replica.")
-    replicas: int | None = Field(None, ge=1, le=1000, description="Replicas instead of spec.replicas.")
-    memory_limit_gib: float | None = Field(None, alias="memoryLimitGiB", gt=0,
-                                           description="Container memory limit (GiB).")
-    max_loras: int | None = Field(None, ge=1, le=64, description="LoRA adapter slots (--max-loras).")
-    generation: int | None = Field(None, ge=0, description="The spec generation the step was taken under.")
-    attestation: str | None = Field(
+    if TYPE_CHECKING:  # the attribution read by name (the fields are _ATTRIBUTION's); knobs: model_dump
+        generation: int | None
+        attestation: str | None
+
+
+#: after the knobs: who recorded the step
+_ATTRIBUTION: dict[str, Any] = {
+    "generation": (int | None, Field(None, ge=0, description="The spec generation the step was taken under.")),
+    "attestation": (str | None, Field(
         None, max_length=64, description="The operator's digest of this step (the object's uid, the generation, "
                                          "the overrides and the previous step's digest); a step without a valid "
-                                         "one was not recorded by the operator and is dropped, not applied.")
+                                         "one was not recorded by the operator and is dropped, not applied.")),
+}
+_KNOB_TYPES: dict[Kind, Any] = {Kind.INTEGER: int | None, Kind.NUMBER: float | None, Kind.FLAG: bool | None}
+
+
+def remediation_overrides_model(knobs: tuple[Knob, ...]) -> type[RemediationOverridesBase]:
+    """The status model of an applied step: one field per knob of the table (in its order), then the attribution."""
+    fields: dict[str, Any] = {}
+    for k in knobs:
+        alias = None if to_camel(k.field) == k.alias else k.alias  # else the alias generator's
+        fields[k.field] = (_KNOB_TYPES[k.kind], Field(None, alias=alias, ge=k.ge, gt=k.gt, le=k.le,
+                                                      description=k.description))
+    return create_model("RemediationOverrides", __base__=RemediationOverridesBase,
+                        __doc__=RemediationOverridesBase.__doc__, __module__=__name__, **fields, **_ATTRIBUTION)
+
+
+if TYPE_CHECKING:
+    RemediationOverrides = RemediationOverridesBase
+else:
+    RemediationOverrides = remediation_overrides_model(KNOBS)
 
 
 class RemediationStatus(StatusModel):

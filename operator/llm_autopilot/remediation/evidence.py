@@ -8,10 +8,10 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from llm_autopilot.domain.knobs import KNOBS
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Targets
 from llm_autopilot.remediation.classify import TERMINATION_MESSAGE, Classification, classify_termination
-from llm_autopilot.remediation.knobs import KNOBS
 from llm_autopilot.remediation.ladder import Overrides
 from llm_autopilot.remediation.text import clean_line
 

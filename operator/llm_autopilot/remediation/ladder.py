@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from llm_autopilot.domain import knobs
 from llm_autopilot.planner.plan import DEFAULT_MIN_MAX_MODEL_LEN
-from llm_autopilot.remediation import knobs
 from llm_autopilot.remediation.classify import Classification, Signal
 
 _LEN_ROUNDING = 256

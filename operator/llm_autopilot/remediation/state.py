@@ -23,8 +23,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from llm_autopilot.api.v1alpha1 import RemediationEvent, RemediationOverrides, RemediationStatus
+from llm_autopilot.domain.knobs import KNOBS, Kind, Knob
 from llm_autopilot.remediation.guards import MAX_RELAX_BACKOFF
-from llm_autopilot.remediation.knobs import KNOBS, Kind, Knob
 from llm_autopilot.remediation.ladder import Overrides
 
 HISTORY_LIMIT = 20
@@ -179,9 +179,9 @@ class _Reader:
         generation = raw.get("generation")
         values: dict[str, Any] = {knob.field: self.knob(where, raw, knob, limits) for knob in KNOBS
                                   if knob.field not in ("replicas",)}
-        return RemediationOverrides(
-            generation=generation if isinstance(generation, int) and not isinstance(generation, bool) else None,
-            replicas=clamped_replicas, **values)
+        return RemediationOverrides.model_validate({
+            **values, "replicas": clamped_replicas,
+            "generation": generation if isinstance(generation, int) and not isinstance(generation, bool) else None})
 
     def knob(self, where: str, raw: Mapping[str, Any], knob: Knob, limits: Limits) -> Any:
         """One knob of an applied entry, read as the table declares it."""

@@ -1,0 +1,105 @@
+"""Remediation's knobs, each declared once: its field on ``Overrides``, its alias in ``status.remediation.
+applied``, its status schema (description, bounds), the bounds a status read from the cluster is clamped into,
+and the planner target it sets. Pure, ground floor (imports nothing of the package).
+
+``Overrides``' status form (remediation/ladder.py), the status model (api/v1alpha1.RemediationOverrides), the
+defensive reader of a status (remediation/state.py) and the planner mapping (remediation/evidence.apply_overrides)
+are derived from this table. Knobs whose reading or mapping is not a plain bound or copy
+(replicas, max_model_len, fp8 KV cache, max_loras) say so with ``special``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+class Limits(Protocol):
+    """What the clamping bounds read (remediation.state.Limits)."""
+
+    @property
+    def floor_max_model_len(self) -> int: ...
+    @property
+    def floor_max_num_batched_tokens(self) -> int: ...
+    @property
+    def floor_max_num_seqs(self) -> int: ...
+    @property
+    def floor_gpu_memory_utilization(self) -> float: ...
+    @property
+    def max_gpus(self) -> int: ...
+    @property
+    def node_memory_gib(self) -> float: ...
+
+
+class Kind(StrEnum):
+    INTEGER = "integer"
+    NUMBER = "number"
+    FLAG = "flag"
+
+
+def _none(_: Limits) -> float | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Knob:
+    #: the field of ``Overrides`` (and of ``RemediationOverrides``)
+    field: str
+    #: its name in status.remediation.applied[]
+    alias: str
+    kind: Kind
+    #: the bounds a value read from the status is clamped into (low None: the kind's own check only)
+    low: Callable[[Limits], float | None] = _none
+    high: Callable[[Limits], float | None] = _none
+    #: a number that must be above zero (a memory limit, a utilization)
+    positive: bool = False
+    #: the planner target (``planner.plan.Targets``) it sets as it is; None: mapped by hand (``special``)
+    target: str | None = None
+    #: read or mapped by its own code (state.py, evidence.apply_overrides), not from the bounds and target
+    special: bool = False
+    #: the status schema: its description and the bounds the CRD admits (ge/gt/le)
+    description: str = ""
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+
+
+KNOBS: tuple[Knob, ...] = (
+    Knob("max_model_len", "maxModelLen", Kind.INTEGER, low=lambda lim: lim.floor_max_model_len, special=True,
+         description="Cap on max_model_len.", ge=1),
+    Knob("max_num_batched_tokens", "maxNumBatchedTokens", Kind.INTEGER,
+         low=lambda lim: lim.floor_max_num_batched_tokens, target="max_num_batched_tokens",
+         description="Pinned max_num_batched_tokens.", ge=1),
+    Knob("max_num_seqs", "maxNumSeqs", Kind.INTEGER, low=lambda lim: lim.floor_max_num_seqs, target="max_num_seqs",
+         description="Pinned max_num_seqs.", ge=1),
+    Knob("enforce_eager", "enforceEager", Kind.FLAG, target="enforce_eager", description="CUDA graphs off."),
+    Knob("gpu_memory_utilization", "gpuMemoryUtilization", Kind.NUMBER,
+         low=lambda lim: lim.floor_gpu_memory_utilization, high=lambda _: 1.0, positive=True,
+         target="gpu_memory_utilization", description="Pinned gpu_memory_utilization.", gt=0, le=1),
+    Knob("fp8_kv_cache", "fp8KVCache", Kind.FLAG, special=True, description="KV cache forced to fp8."),
+    Knob("min_gpus", "minGPUs", Kind.INTEGER, low=lambda _: 1, high=lambda lim: lim.max_gpus, target="min_gpus",
+         description="At least this many GPUs per replica.", ge=1, le=64),
+    Knob("replicas", "replicas", Kind.INTEGER, special=True, description="Replicas instead of spec.replicas.",
+         ge=1, le=1000),
+    Knob("memory_limit_gib", "memoryLimitGiB", Kind.NUMBER, low=lambda _: 1.0,
+         high=lambda lim: lim.node_memory_gib if lim.node_memory_gib > 0 else None, positive=True,
+         description="Container memory limit (GiB).", gt=0),
+    # LoRA adapter slots: mapped into the plan's LoRA request, never below its pinned adapters (evidence.py)
+    Knob("max_loras", "maxLoras", Kind.INTEGER, low=lambda _: 1, high=lambda _: 64, special=True,
+         description="LoRA adapter slots (--max-loras).", ge=1, le=64),
+)
+
+ALIASES: dict[str, str] = {k.field: k.alias for k in KNOBS}
+
+
+def to_status(values: dict[str, Any]) -> dict[str, Any]:
+    """The status form of a knob -> value mapping: aliases, unset (None) and off (False) knobs left out."""
+    return {ALIASES[name]: value for name, value in values.items() if value not in (None, False)}
+
+
+def from_status(data: dict[str, Any] | None) -> dict[str, Any]:
+    """Knob -> value from a status entry (flags as booleans; nothing checked: see state.py for the reader)."""
+    d = data or {}
+    return {k.field: bool(d.get(k.alias)) if k.kind is Kind.FLAG else d.get(k.alias) for k in KNOBS}
