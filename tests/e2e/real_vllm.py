@@ -58,13 +58,15 @@ def kv_room_fixture(kubectl: Kubectl) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def operator_for(kubectl: Kubectl, namespace: str, workdir: Path,
-                 hub: str | None = None) -> Iterator[Operator]:
+                 hub: str | None = None, calibration: bool = False) -> Iterator[Operator]:
     """An operator of this test's own, watching only its namespace, with the local Hub (or ``hub``: e.g. a
     closed port, for an air-gapped cluster) and Prometheus (no webhook: admission is not what these tests are
-    about)."""
+    about); with ``calibration``, the KV calibration store in ``namespace``."""
     env = {**kubectl.env, "LLM_AUTOPILOT_RESYNC_SECONDS": "3",
            "HF_ENDPOINT": hub or kubectl.env["LLM_AUTOPILOT_LOCAL_HUB"],
-           "HF_HOME": str(workdir / "hf-home"), "LLM_AUTOPILOT_METRICS_PORT": str(_free_port())}
+           "HF_HOME": str(workdir / "hf-home"), "LLM_AUTOPILOT_METRICS_PORT": str(_free_port()),
+           # the KV calibration store in the test's own namespace (gone with it), or none
+           "LLM_AUTOPILOT_CALIBRATION_NAMESPACE": namespace if calibration else "off"}
     operator = Operator(env, workdir / "operator.log", [f"--namespace={namespace}"]).start()
     try:
         yield operator

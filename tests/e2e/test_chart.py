@@ -147,6 +147,10 @@ def render(helm: Path, *values: str, release: str = "la", namespace: str = DRY_N
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
+#: the chart's Role (and RoleBinding) for the KV calibration store, in the release's namespace
+CALIBRATION_ROLE = "la-llm-autopilot-calibration"
+
+
 def kinds(docs: list[dict[str, Any]]) -> list[str]:
     return sorted(d["kind"] for d in docs)
 
@@ -234,8 +238,8 @@ def test_every_rendered_manifest_passes_server_dry_run(chart_cluster: Kubectl, h
 
 def test_modes_render_what_they_promise(helm: Path) -> None:
     default = render(helm)
-    assert kinds(default) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Secret", "Service", "Service",
-                              "ServiceAccount", "ValidatingWebhookConfiguration"]
+    assert kinds(default) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Secret",
+                              "Service", "Service", "ServiceAccount", "ValidatingWebhookConfiguration"]
     pod = one(default, "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["command"] == ["llm-autopilot", "operator", "--liveness=http://0.0.0.0:8080/healthz",
@@ -255,6 +259,8 @@ def test_modes_render_what_they_promise(helm: Path) -> None:
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"healthz": 8080, "metrics": 9090,
                                                                            "webhook": 9443}
     env = {e["name"]: e.get("value") for e in container["env"]}
+    calibration_ns = next(e for e in container["env"] if e["name"] == "LLM_AUTOPILOT_CALIBRATION_NAMESPACE")
+    assert calibration_ns["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert env["LLM_AUTOPILOT_METRICS_PORT"] == "9090" and env["LLM_AUTOPILOT_WEBHOOK_MANAGED"] == "false"
     assert env["LLM_AUTOPILOT_WEBHOOK_ADDR"] == "0.0.0.0" and env["LLM_AUTOPILOT_WEBHOOK_PORT"] == "9443"
     assert env["LLM_AUTOPILOT_PROMETHEUS_TLS_VERIFY"] == "true"
@@ -339,7 +345,7 @@ def test_rbac_grants_exactly_the_reviewed_rules(helm: Path) -> None:
     assert all("secrets" not in resources for _, resources, _ in no_secrets)
     # namespaced mode: a Role per watched namespace; the ClusterRole holds cluster-scoped rules only
     docs = render(helm, *MODES["namespaced"])
-    roles = [d for d in docs if d["kind"] == "Role"]
+    roles = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] != CALIBRATION_ROLE]
     assert sorted(r["metadata"]["namespace"] for r in roles) == sorted(DRY_WATCHED)
     for role in roles:
         assert rules_of(role) == NAMESPACED_RULES
@@ -361,6 +367,13 @@ def test_rbac_grants_exactly_the_reviewed_rules(helm: Path) -> None:
         for obj in docs:
             if obj["kind"] in ("Role", "ClusterRole"):
                 _no_wildcards(rules_of(obj))
+        # the calibration store: its one ConfigMap, in the release's namespace, by name (create cannot be named)
+        calibration = next(d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == CALIBRATION_ROLE)
+        assert calibration["metadata"]["namespace"] == DRY_NS
+        assert calibration["rules"] == [
+            {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["llm-autopilot-calibration"],
+             "verbs": ["get", "update"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]
 
 
 def _cluster_wide_rules(docs: list[dict[str, Any]]) -> list[Rule]:
@@ -378,9 +391,10 @@ def test_listed_namespaces_grant_nothing_namespaced_outside_them(helm: Path, mod
     assert [r for r in wide if r not in (*CLUSTER_RULES, NAMESPACES_RULE, SAR_RULE)] == []
     watched = {ns for flag in MODES[mode] if flag.startswith("watchNamespaces=")
                for ns in flag.removeprefix("watchNamespaces={").removesuffix("}").split(",")}
-    granted = {d["metadata"]["namespace"] for d in docs if d["kind"] == "RoleBinding"}
+    bindings = [d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] != CALIBRATION_ROLE]
+    granted = {d["metadata"]["namespace"] for d in bindings}
     assert granted == watched
-    for binding in (d for d in docs if d["kind"] == "RoleBinding"):
+    for binding in bindings:
         kind, name = binding["roleRef"]["kind"], binding["roleRef"]["name"]
         role = one([d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name
                     and d["metadata"].get("namespace") in (None, binding["metadata"]["namespace"])], kind)
@@ -433,9 +447,18 @@ def test_operator_with_the_charts_service_account(chart_cluster: Kubectl, helm: 
     whoami = kubectl("--kubeconfig", str(kubeconfig), "auth", "whoami", "-o", "json")
     assert json.loads(whoami.stdout)["status"]["userInfo"]["username"] == f"system:serviceaccount:{namespace}:{sa}"
 
+    # the calibration store: its ConfigMap by name, created once; no other ConfigMap read
+    def can(*args: str) -> bool:
+        result = kubectl("--kubeconfig", str(kubeconfig), "auth", "can-i", *args, "-n", namespace, check=False)
+        return result.stdout.strip() == "yes"
+
+    assert can("get", "configmaps/llm-autopilot-calibration") and can("update", "configmaps/llm-autopilot-calibration")
+    assert can("create", "configmaps") and not can("get", "configmaps/other") and not can("list", "configmaps")
     port = _free_port()
+    # the operator reads the store on every reconcile (a GET the chart's Role allows: no Forbidden below)
     env = operator_env(kubectl, kubeconfig, LLM_AUTOPILOT_WEBHOOK="true", LLM_AUTOPILOT_WEBHOOK_PORT=str(port),
-                       LLM_AUTOPILOT_WEBHOOK_CERT_DIR=str(tmp_path / "certs"), LLM_AUTOPILOT_WEBHOOK_MANAGED="false")
+                       LLM_AUTOPILOT_WEBHOOK_CERT_DIR=str(tmp_path / "certs"), LLM_AUTOPILOT_WEBHOOK_MANAGED="false",
+                       LLM_AUTOPILOT_CALIBRATION_NAMESPACE=namespace)
     # the same flags as the chart's Deployment (peering on: the release has its KopfPeering)
     op = Operator(env, tmp_path / "operator.log", ["--peering", f"--namespace={namespace}"]).start()
     vwc_name = f"{release}-loopback"

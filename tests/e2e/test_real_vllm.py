@@ -9,6 +9,7 @@ or metric the operator acted on and the time from the failure to a serving pod.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import time
@@ -129,6 +130,65 @@ def _verification_of(kubectl: Kubectl, namespace: str, name: str, pod: dict[str,
     assert "PlanNotVerified" in text and re.search(rf"Predicted Tokens:\s+{verified['predictedTokens']}\b", text), text
     assert re.search(rf"Actual Tokens:\s+{verified['actualTokens']}\b", text), text
     return verified
+
+
+def test_a_second_deployment_plans_with_the_kv_room_the_first_one_measured(
+        kubectl: Kubectl, namespace: str, kv_room: Any, tmp_path: Path) -> None:
+    """Issue #18 (a) and (b): vLLM's KV room differs from the plan; the first deployment's verification shows
+    the real error and becomes a sample in the calibration store (a ConfigMap); a second deployment of the same
+    model on the same pool plans with it, and its predicted tokens are vLLM's to within one block. The first
+    is not rolled by it."""
+    block = 128  # the CPU build's tokens per block; the tiny model's KV cache is 512 bytes a token
+    small = {"vllm": {"gpuMemoryUtilization": 0.35}}  # a small planned room: a small CPU KV cache here
+    with operator_for(kubectl, namespace, tmp_path, calibration=True):
+        apply(kubectl, namespace, tiny("first", replicas=0, **small))
+        plan = wait_for("the first deployment's plan", lambda: llmd(kubectl, namespace, "first").get(
+            "status", {}).get("plan"), timeout=60)
+        predicted = plan["memory"]["kvCacheTokens"]
+        room = int(predicted * 0.94) // block * block * 512  # vLLM has 6 % less room than the plan counts
+        kv_room(room)
+        kubectl("patch", "llmd", "first", "-n", namespace, "--type", "merge", "-p", '{"spec": {"replicas": 1}}')
+        first = serving(kubectl, namespace, "first")
+        measured = _reading(kubectl, namespace, "first", first)
+        assert measured["actualTokens"] == room // 512 and measured["errorPercent"] < 0, measured
+        report("verification, first deployment", **{k: measured.get(k) for k in (
+            "source", "predictedTokens", "actualTokens", "errorPercent", "verified")})
+
+        def sample() -> dict[str, Any] | None:
+            found = kubectl.maybe("configmap", "llm-autopilot-calibration", "-n", namespace)
+            store = json.loads(found["data"]["calibration.json"]) if found else {"entries": []}
+            return next((s for e in store["entries"] for s in e["samples"]
+                         if s["deployment"] == f"{namespace}/first"), None)
+
+        kept = wait_for("the first deployment's sample in the calibration store", sample, timeout=60)
+        assert 0.9 < kept["ratio"] < 0.97, kept
+
+        apply(kubectl, namespace, tiny("second", **small))
+        second = serving(kubectl, namespace, "second")
+        pin = llmd(kubectl, namespace, "second")["status"]["kvCalibration"]
+        assert pin["deployments"] == 1 and abs(pin["ratio"] - kept["ratio"]) < 1e-4, pin
+        assert pin["message"].startswith("KV calibrated \u2212"), pin
+        verified = _reading(kubectl, namespace, "second", second)
+        assert abs(verified["predictedTokens"] - verified["actualTokens"]) <= block, verified
+        assert verified["verified"] is True and verified["calibration"] == pin["message"], verified
+        report("verification, second deployment (calibrated)", **{k: verified.get(k) for k in (
+            "predictedTokens", "actualTokens", "errorPercent", "calibration")})
+        # the first keeps the calibration its generation planned with (none): its pod is the same
+        status = llmd(kubectl, namespace, "first")["status"]
+        assert "ratio" not in status["kvCalibration"], status["kvCalibration"]
+        assert [p["metadata"]["name"] for p in ready_pods(kubectl, namespace, "first")] == [
+            first["metadata"]["name"]]
+
+
+def _reading(kubectl: Kubectl, namespace: str, name: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """status.verification once it read the serving pod's plan."""
+    plan_hash = pod["metadata"]["annotations"]["llm-autopilot.io/plan-hash"]
+
+    def read() -> dict[str, Any] | None:
+        found = llmd(kubectl, namespace, name)["status"].get("verification") or {}
+        return found if found.get("planHash") == plan_hash else None
+
+    return dict(wait_for(f"status.verification of {name}", read, timeout=120, interval=2))
 
 
 def test_a_memory_limit_too_small_is_a_real_oom_kill_and_the_limit_is_raised(

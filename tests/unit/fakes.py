@@ -14,6 +14,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from llm_autopilot.controller.calibration_store import CalibrationBook
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import ApplyRejected, LogUnavailable, NodeGPUs
 from llm_autopilot.controller.metrics import MetricsUnavailable, QueryRejected
@@ -152,11 +153,11 @@ class FakeCluster:
 
     # --- helpers for tests ---------------------------------------------------------------------------
 
-    def deployment(self) -> dict[str, Any]:
-        return self.objects[("Deployment", NAME)]
+    def deployment(self, name: str = NAME) -> dict[str, Any]:
+        return self.objects[("Deployment", name)]
 
-    def plan_hash(self) -> str:
-        return str(self.deployment()["spec"]["template"]["metadata"]["annotations"][PLAN_HASH])
+    def plan_hash(self, name: str = NAME) -> str:
+        return str(self.deployment(name)["spec"]["template"]["metadata"]["annotations"][PLAN_HASH])
 
     def crash(self, message: str = "", *, reason: str = "Error", exit_code: int = 1, restarts: int = 1,
               pod: str = "x-1", finished_at: str = "2026-12-01T00:00:05Z") -> None:
@@ -214,6 +215,11 @@ class Run:
     status: dict[str, Any] = field(default_factory=dict)
     gatherer: Gatherer | None = None
     last: Outcome | None = None
+    #: the KV calibration store (None: none), the object's name and its spec generation
+    calibration: CalibrationBook | None = None
+    name: str = NAME
+    uid: str = "uid"
+    generation: int = 1
 
     def __post_init__(self) -> None:
         self.gatherer = Gatherer(self.cluster, self.prometheus)
@@ -223,9 +229,9 @@ class Run:
         Kopf writes after the handler are merged in order. An OperatorKilled leaves only the direct writes."""
         written = len(self.cluster.status_patches)
         try:
-            out = reconcile(name=NAME, namespace=NAMESPACE, uid="uid", generation=1, spec_body=self.spec,
-                            status=copy.deepcopy(self.status), kube=self.cluster, settings=OperatorSettings(),
-                            gatherer=self.gatherer)
+            out = reconcile(name=self.name, namespace=NAMESPACE, uid=self.uid, generation=self.generation,
+                            spec_body=self.spec, status=copy.deepcopy(self.status), kube=self.cluster,
+                            settings=OperatorSettings(), gatherer=self.gatherer, calibration=self.calibration)
         finally:
             for patch in self.cluster.status_patches[written:]:
                 self.status = merge_patch(self.status, patch)

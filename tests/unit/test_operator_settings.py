@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from llm_autopilot.controller import settings
 from llm_autopilot.controller.settings import OperatorSettings, SettingsError
 
 
@@ -30,3 +33,13 @@ def test_a_malformed_knob_is_refused_naming_it(key: str, value: str) -> None:
     with pytest.raises(SettingsError, match=f"^{key}='{value}': must be a (whole )?number >= ") as refused:
         OperatorSettings.from_env({key: value})
     assert "\n" not in str(refused.value)
+
+
+def test_the_calibration_store_namespace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    outside = tmp_path / "no-such-file"
+    monkeypatch.setattr(settings, "SERVICE_ACCOUNT_NAMESPACE", outside)
+    assert OperatorSettings.from_env({}).calibration_namespace is None  # outside a cluster: no store
+    assert OperatorSettings.from_env({"LLM_AUTOPILOT_CALIBRATION_NAMESPACE": "ops"}).calibration_namespace == "ops"
+    outside.write_text("llm-autopilot\n")  # in a pod: its own namespace
+    assert OperatorSettings.from_env({}).calibration_namespace == "llm-autopilot"
+    assert OperatorSettings.from_env({"LLM_AUTOPILOT_CALIBRATION_NAMESPACE": "off"}).calibration_namespace is None

@@ -1113,6 +1113,20 @@ class VerificationStatus(StatusModel):
         return cls.of(worst, calibration=calibration, plan_hash=plan_hash, pods=pods)
 
 
+class KVCalibrationStatus(StatusModel):
+    """The KV calibration this spec generation plans with, fixed when the generation is first planned
+    (desired/calibration.py): a sample another deployment adds later never rolls this one."""
+
+    generation: int = Field(ge=0, description="The spec generation it was chosen for.")
+    gpu_product: str = Field(max_length=253, description="The GPU product of the calibration key.")
+    vllm_version: str = Field(max_length=64, description="The vLLM version of the calibration key.")
+    family: str = Field(max_length=253, description="The architecture family (config.json model_type).")
+    ratio: float | None = Field(None, ge=0.5, le=1.5, description="Measured / predicted KV memory applied "
+                                                                   "(capped); none: not calibrated.")
+    deployments: int = Field(0, ge=0, le=100000, description="How many deployments' samples it came from.")
+    message: str = Field(max_length=400, description="What was applied, or why nothing was.")
+
+
 LoRAUpdates = Literal["Runtime", "Rollout"]
 
 
@@ -1154,6 +1168,9 @@ class LLMDeploymentStatus(APIModel):
     verification: VerificationStatus | None = Field(
         None, description="The plan's KV cache against what the running vLLM reports (the PlanVerified condition).")
     lora: LoRAStatus | None = Field(None, description="Where each LoRA adapter is served, and how changes apply.")
+    kv_calibration: KVCalibrationStatus | None = Field(
+        None, alias="kvCalibration", description="The KV calibration from earlier deployments this generation "
+                                                 "plans with (fixed per spec generation).")
 
 
 class LLMDeployment(APIModel):

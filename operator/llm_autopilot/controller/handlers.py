@@ -35,6 +35,7 @@ from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.access import referenced_secrets, unreadable_secrets_message
 from llm_autopilot.controller.adapters import admission_check
 from llm_autopilot.controller.admission import review
+from llm_autopilot.controller.calibration_store import CalibrationBook
 from llm_autopilot.controller.certs import self_signed
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import Kube, load_config
@@ -87,6 +88,17 @@ def gatherer() -> Gatherer:
         _state["gatherer"] = gatherer_for(kube(), SETTINGS)
     found: Gatherer = _state["gatherer"]
     return found
+
+
+def calibration_book() -> CalibrationBook | None:
+    """One per process: the KV calibration store as last read (None: LLM_AUTOPILOT_CALIBRATION_NAMESPACE off,
+    or outside a cluster without it)."""
+    if SETTINGS.calibration_namespace is None:
+        return None
+    if "calibration" not in _state:
+        _state["calibration"] = CalibrationBook(kube(), SETTINGS.calibration_namespace)
+    book: CalibrationBook = _state["calibration"]
+    return book
 
 
 @kopf.on.startup()
@@ -303,7 +315,8 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, watched: Watched | None, what
                                          generation=meta.get("generation"), spec_body=dict(body.get("spec") or {}),
                                          status=dict(body.get("status") or {}), kube=_cluster(watched),
                                          settings=SETTINGS, gatherer=gatherer(),
-                                         resource_version=meta.get("resourceVersion"))
+                                         resource_version=meta.get("resourceVersion"),
+                                         calibration=calibration_book())
 
     if (out := attempt(run)) is not None:
         _finish(out, body, patch, what)
@@ -364,7 +377,8 @@ def resync(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
                 resource_version=meta.get("resourceVersion"), spec_body=dict(body.get("spec") or {}),
                 status=dict(body.get("status") or {}), observed=watched.digest_of(namespace, name),
                 current_pods=functools.partial(current_pods, pods), kube=WatchedCluster(kube(), watched),
-                settings=SETTINGS, gatherer=gatherer(), memory=QUIET)
+                settings=SETTINGS, gatherer=gatherer(), memory=QUIET,
+                calibration=calibration_book())
 
     if (out := attempt(run)) is None:
         return
@@ -450,13 +464,15 @@ def _reconcile_parent(parent: Mapping[str, Any], namespace: str, watched: Watche
         if watched is None:
             return reconciling.reconcile(name=name, namespace=namespace, uid=uid, generation=meta.get("generation"),
                                          spec_body=spec_body, status=status, kube=kube(), settings=SETTINGS,
-                                         gatherer=gatherer(), resource_version=meta.get("resourceVersion"))
+                                         gatherer=gatherer(), resource_version=meta.get("resourceVersion"),
+                                         calibration=calibration_book())
         return reconciling.resync(
             name=name, namespace=namespace, uid=uid, generation=meta.get("generation"),
             resource_version=meta.get("resourceVersion"), spec_body=spec_body, status=status,
             observed=watched.digest_of(namespace, name),
             current_pods=functools.partial(current_pods, watched.pods_of(namespace, name)),
-            kube=WatchedCluster(kube(), watched), settings=SETTINGS, gatherer=gatherer(), memory=QUIET)
+            kube=WatchedCluster(kube(), watched), settings=SETTINGS, gatherer=gatherer(), memory=QUIET,
+                calibration=calibration_book())
 
 
 def _secret_refusal(spec: dict[str, Any], userinfo: kopf.UserInfo, namespace: str | None) -> str | None:

@@ -61,6 +61,10 @@ class NodeGPUs:
     allocatable_memory_gib: float = 0.0
 
 
+class WriteConflict(RuntimeError):
+    """The object changed since it was read (409), or was created meanwhile: nothing was written."""
+
+
 class Kube:
     """One API client, shared by the handlers; counts its writes (for metrics and tests)."""
 
@@ -194,6 +198,33 @@ class Kube:
             raise
         data = (secret.data or {}).get(key)
         return base64.b64decode(data).decode() if data else None
+
+    def read_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            found = self.core.read_namespaced_config_map(name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        result: dict[str, Any] = self.api.sanitize_for_serialization(found)
+        return result
+
+    def write_config_map(self, namespace: str, name: str, data: dict[str, str], *,
+                         resource_version: str | None, labels: dict[str, str]) -> None:
+        """Create the ConfigMap (no ``resource_version``) or replace it at that version; WriteConflict when it
+        changed (or appeared) since it was read."""
+        body = client.V1ConfigMap(api_version="v1", kind="ConfigMap", data=data, metadata=client.V1ObjectMeta(
+            name=name, namespace=namespace, labels=labels, resource_version=resource_version))
+        try:
+            if resource_version is None:
+                self.core.create_namespaced_config_map(namespace, body)
+            else:
+                self.core.replace_namespaced_config_map(name, namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise WriteConflict(api_message(exc)) from exc
+            raise
+        self.writes += 1
 
     def patch_llmd_status(self, namespace: str, name: str, status: dict[str, Any],
                           resource_version: str | None = None) -> None:

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import UnknownGPUError
 from llm_autopilot.controller import cache_step, inspect_step, lora_runtime, telemetry
+from llm_autopilot.controller.calibration_store import CalibrationBook
 from llm_autopilot.controller.gather import (
     Gatherer,
     PodSource,
@@ -201,7 +202,8 @@ class Reconciler:
 
     def __init__(self, *, name: str, namespace: str, uid: str, generation: int | None, status: dict[str, Any],
                  kube: Cluster, settings: OperatorSettings, gatherer: Gatherer,
-                 resource_version: str | None = None, now: datetime | None = None) -> None:
+                 resource_version: str | None = None, now: datetime | None = None,
+                 calibration: CalibrationBook | None = None) -> None:
         self.owner = Owner(name, namespace, uid)
         self.generation = generation
         self.resource_version = resource_version
@@ -212,6 +214,8 @@ class Reconciler:
         #: the reconcile's clock, injected (one reading for the whole pass)
         self.now = now if now is not None else _utcnow()
         self.writes = 0
+        #: the KV calibration store (None: the operator keeps none)
+        self.calibration = calibration
 
     def run(self, spec_body: dict[str, Any]) -> Outcome:
         world = self.read(spec_body)
@@ -285,7 +289,8 @@ class Reconciler:
             return dataclasses.replace(base, model=Unresolved("ModelUnresolved", str(exc), retry=True),
                                        source=source)
         return dataclasses.replace(world, owner=self.owner, generation=self.generation, operator=self.settings,
-                                   source=source or world.source)  # world.source: an s3:// source's reading
+                                   source=source or world.source,  # world.source: an s3:// source's reading
+                                   calibration=self.calibration.current(self.now) if self.calibration else None)
 
     def settle(self, spec_body: dict[str, Any], world: World) -> tuple[Intent, World]:
         """desired() on the World, reading what it asks for until it decides."""
@@ -330,6 +335,9 @@ class Reconciler:
             telemetry.PLANS.labels(outcome).inc()
         for signal, kind in decided.counts:
             telemetry.REMEDIATION_STEPS.labels(signal, kind).inc()
+        sample = decided.calibration_sample
+        if sample is not None and self.calibration is not None and self.calibration.record(sample, self.now):
+            self.writes += 1
         return Outcome(status=status, events=list(decided.events), writes=self.writes, retry=decided.retry,
                        settled=decided.settled, due=decided.due, plan_hash=decided.plan_hash,
                        metrics=decided.metrics, kv_question=decided.kv_question,
@@ -353,12 +361,12 @@ class Reconciler:
 def reconcile(
     *, name: str, namespace: str, uid: str, generation: int | None, spec_body: dict[str, Any],
     status: dict[str, Any], kube: Cluster, settings: OperatorSettings, gatherer: Gatherer | None = None,
-    resource_version: str | None = None, now: datetime | None = None,
+    resource_version: str | None = None, now: datetime | None = None, calibration: CalibrationBook | None = None,
 ) -> Outcome:
     """One full reconcile at ``now`` (the clock is the caller's; default: the current second, UTC)."""
     return Reconciler(name=name, namespace=namespace, uid=uid, generation=generation, status=status, kube=kube,
                       settings=settings, gatherer=gatherer or gatherer_for(kube, settings),
-                      resource_version=resource_version, now=now).run(spec_body)
+                      resource_version=resource_version, now=now, calibration=calibration).run(spec_body)
 
 
 def _settings_digest(settings: OperatorSettings) -> str:
@@ -369,6 +377,7 @@ def resync(
     *, name: str, namespace: str, uid: str, generation: int | None, resource_version: str | None,
     spec_body: dict[str, Any], status: dict[str, Any], observed: str, current_pods: Callable[[str], list[str]],
     kube: Cluster, settings: OperatorSettings, gatherer: Gatherer, memory: QuietMemory, now: datetime | None = None,
+    calibration: CalibrationBook | None = None,
 ) -> Outcome:
     """The resync's front gate: quiet when nothing the last full reconcile read has changed (quiet.py), else a
     full reconcile, whose inputs are remembered.
@@ -386,7 +395,7 @@ def resync(
         return Outcome(full=False, settled=True, due=seen.due, plan_hash=seen.plan_hash, metrics=seen.metrics)
     out = reconcile(name=name, namespace=namespace, uid=uid, generation=generation, spec_body=spec_body,
                     status=status, kube=kube, settings=settings, gatherer=gatherer, resource_version=resource_version,
-                    now=at)
+                    now=at, calibration=calibration)
     due = out.due or later(at, settings.full_check_seconds)
     memory.remember(uid, Seen(fingerprint=key, metrics=out.metrics, due=due, settled=out.settled and not out.retry,
                               plan_hash=out.plan_hash, namespace=namespace, kv_question=out.kv_question))

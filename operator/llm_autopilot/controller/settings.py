@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
 
@@ -88,6 +89,8 @@ class OperatorSettings:
     #: Kopf peering: how long a replica's keep-alive counts (refreshed 5-10 s before it expires), so how soon
     #: a standby takes over from a replica that died without saying goodbye (SIGKILL, node loss)
     peering_lifetime_seconds: int = 60
+    #: where the KV calibration store (ConfigMap llm-autopilot-calibration) is kept; None: no store
+    calibration_namespace: str | None = None
 
     @property
     def prometheus_round_seconds(self) -> float:
@@ -134,4 +137,23 @@ class OperatorSettings:
             hub_endpoint=e.get("HF_ENDPOINT") or None,
             peering_lifetime_seconds=int(e.get("LLM_AUTOPILOT_PEERING_LIFETIME_SECONDS",
                                                defaults.peering_lifetime_seconds)),
+            calibration_namespace=_calibration_namespace(e.get("LLM_AUTOPILOT_CALIBRATION_NAMESPACE", "")),
         )
+
+
+#: the namespace of the pod the operator runs in (in a cluster)
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _calibration_namespace(value: str) -> str | None:
+    """LLM_AUTOPILOT_CALIBRATION_NAMESPACE; unset: the operator's own namespace in a cluster, none outside one;
+    ``off``: no store."""
+    value = value.strip()
+    if value.lower() in ("off", "none", "false"):
+        return None
+    if value:
+        return value
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or None
+    except OSError:
+        return None

@@ -30,6 +30,7 @@ from llm_autopilot.api.lora import lora_refusal, pinned_adapters
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus, VerificationStatus
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
 from llm_autopilot.desired import lora_sync
+from llm_autopilot.desired.calibration import Calibrations, SampleToRecord, sample_of
 from llm_autopilot.desired.refusals import autoscaling_problem
 from llm_autopilot.desired.schedule import metrics_verdict, next_due, unsettled
 from llm_autopilot.desired.world import (
@@ -42,6 +43,7 @@ from llm_autopilot.desired.world import (
 )
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner import verify
+from llm_autopilot.planner.calibration import CalibrationKey, key_of
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
@@ -87,6 +89,8 @@ class Context:
     #: the model cache's PVC (spec.model.cache) and whether its download is complete
     cache_claim: str | None = None
     cache_complete: bool = True
+    #: the KV calibration each GPU's plans take (none: uncalibrated)
+    calibrations: Calibrations | None = None
 
     def memory_of(self, pool: GPUPool | None) -> float:
         """The memory bound of a pool's nodes (0: no node of it is known); remediation's memory limit never
@@ -96,9 +100,10 @@ class Context:
         return self.pool_memory_gib.get(pool.gpu.name, 0.0)
 
 
-def context_of(spec: LLMDeploymentSpec, world: World, settings: OperatorDefaults) -> Context:
-    """The GPU pools the spec may use and the plan request per pool, from the World read (no I/O); raises
-    VersionError, UnknownGPUError."""
+def context_of(spec: LLMDeploymentSpec, world: World, settings: OperatorDefaults,
+               calibrations: Calibrations | None = None) -> Context:
+    """The GPU pools the spec may use and the plan request per pool, from the World read (no I/O), each request
+    with the calibration ``calibrations`` gives its GPU; raises VersionError, UnknownGPUError."""
     model = world.model
     assert not isinstance(model, Unresolved)
     behaviour = behaviour_of(VLLMVersion.parse(spec.vllm.version or settings.default_vllm_version))
@@ -118,9 +123,11 @@ def context_of(spec: LLMDeploymentSpec, world: World, settings: OperatorDefaults
     def request_for(pool: GPUPool, overrides: Overrides) -> PlanRequest:
         # a pool seen on nodes: their GPUs per node and their number; else 8-GPU nodes, as many as maxGPUs needs
         targets = apply_overrides(convert.targets_for_pool(spec, pool), overrides, floor_max_model_len=floor)
-        return PlanRequest(model, pool.gpu, behaviour, targets)
+        calibration = (calibrations.applied(key_of(pool.gpu.display_name, behaviour.version, model))
+                       if calibrations is not None else None)
+        return PlanRequest(model, pool.gpu, behaviour, targets, kv_calibration=calibration)
 
-    return Context(spec, request_for, pools, memory, floor, pool_memory)
+    return Context(spec, request_for, pools, memory, floor, pool_memory, calibrations=calibrations)
 
 
 def limits(ctx: Context, node_memory_gib: float | None = None) -> Limits:
@@ -357,6 +364,8 @@ class Intent:
     counts: list[tuple[str, str]] = field(default_factory=list)
     #: log lines (warnings) the shell writes
     notes: list[str] = field(default_factory=list)
+    #: vLLM's figures read this pass, as a sample for the calibration store (controller/calibration_store.py)
+    calibration_sample: SampleToRecord | None = None
 
 
 def desired(spec: Mapping[str, Any], status: Mapping[str, Any], world: World, now: datetime) -> Intent:
@@ -471,8 +480,9 @@ class _Pass:
         self.report_source(world.source)
         if isinstance(world.model, Unresolved):
             return self.fail(world.model.reason, world.model.message, retry=world.model.retry)
+        calibrations = Calibrations.of(self.status, world.calibration, self.generation, self.now)
         try:
-            ctx = context_of(spec, world, self.settings)
+            ctx = context_of(spec, world, self.settings, calibrations)
         except UnknownGPUError as exc:
             return self.fail("UnknownGPU", str(exc))
         except VersionError as exc:
@@ -515,8 +525,9 @@ class _Pass:
         if world.applied is not None:  # written: the workload as it is now
             view = world.applied.view
         self.report_plan(final, ctx, view)
+        self.report_calibration(final, calibrations)
         self.note_inputs(ctx, final, world.evidence)
-        self.report_verification(final, ctx.spec.verification.tolerance_percent)
+        self.report_verification(final, ctx.spec.verification.tolerance_percent, calibrations)
         self.out.lora = LoRAAsk(ctx.spec, final.plan.config)  # without LoRA, status.lora goes (no pod is called)
         self.report_cache()
         return self.finish()
@@ -579,9 +590,17 @@ class _Pass:
             last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
             kv_window=policy.kv_saturation_window_seconds)))
 
-    def report_verification(self, r: Rendered, tolerance: float) -> None:
+    def report_calibration(self, r: Rendered, calibrations: Calibrations) -> None:
+        """status.kvCalibration: the calibration this generation plans with (chosen once per generation)."""
+        pin = calibrations.pin_for(_calibration_key(r), r.plan.estimate)
+        value = pin.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if _changed(self.status, "kvCalibration", value):
+            old = self.status.get("kvCalibration")  # a merge patch: the fields it no longer has go as nulls
+            self.out.status["kvCalibration"] = {**dict.fromkeys(old), **value} if isinstance(old, dict) else value
+
+    def report_verification(self, r: Rendered, tolerance: float, calibrations: Calibrations) -> None:
         """status.verification and PlanVerified: the plan's Ready pods read once per plan (asked for, then
-        judged by planner/verify.py)."""
+        judged by planner/verify.py); what they read is also a calibration sample."""
         known = known_verification(self.status.get("verification"), tolerance)
         seen = self.world.verification
         if seen is None or seen.plan_hash != r.plan_hash:
@@ -590,7 +609,14 @@ class _Pass:
                                  vllm_version=str(r.plan.config.vllm.version), now=self.now,
                                  tolerance_percent=tolerance)
         if not decision.keep:
-            found = VerificationStatus.of_pods(decision.results, plan_hash=r.plan_hash)
+            key = _calibration_key(r)
+            applied = calibrations.applied(key)
+            found = VerificationStatus.of_pods(
+                decision.results, plan_hash=r.plan_hash,
+                calibration=applied.reason(r.plan.estimate.kv_cache_bytes - r.plan.estimate.kv_calibration_bytes,
+                                           r.plan.estimate.total_bytes)[:400] if applied is not None else None)
+            self.out.calibration_sample = sample_of(key, decision.results, r.plan.estimate,
+                                                    f"{self.owner.namespace}/{self.owner.name}", self.now)
             value = found.model_dump(by_alias=True, exclude_none=True, mode="json") if found else None
             if _changed(self.status, "verification", value):
                 self.out.status["verification"] = value
@@ -685,6 +711,11 @@ class _Pass:
         for warning in r.status.warnings:
             if warning not in ((self.status.get("plan") or {}).get("warnings") or []):
                 self.event("Warning", "PlanWarning", warning)
+
+
+def _calibration_key(r: Rendered) -> CalibrationKey:
+    config = r.plan.config
+    return key_of(config.gpu.display_name, config.vllm.version, config.model)
 
 
 def _workload_ask(owner: Owner, r: Rendered) -> WorkloadAsk:

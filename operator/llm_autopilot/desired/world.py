@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CacheStatus, SourceStatus
 from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.planner.calibration import CalibrationStore
 from llm_autopilot.planner.verify import PodReading
 from llm_autopilot.remediation.decide import Evidence
 from llm_autopilot.render.cache import CacheInputs
@@ -155,6 +156,8 @@ class World:
     evidence: Evidence | None = None
     verification: VerificationReading | None = None
     applied: Applied | None = None
+    #: the KV calibration store as the operator last read it (None: it keeps none)
+    calibration: CalibrationStore | None = None
 
     def node_pairs(self) -> Iterable[tuple[Mapping[str, str], int]]:
         """(labels, allocatable GPUs) per node: what the pool computation reads."""
