@@ -73,6 +73,9 @@ bench-cache: install ## The model cache on the real CPU vLLM and SeaweedFS: firs
 	$(PYTHON) hack/cluster.py up >/dev/null
 	$(BIN)/python -m tests.bench.bench_cache $(PARTS)
 
+bench-calibration: install ## The KV error before and after a leave-one-out calibration, on the golden GPU logs and the CPU vLLM cases (no cluster)
+	$(BIN)/python -m tests.bench.bench_calibration
+
 golden: install ## Print how close the memory model comes to every golden vLLM log
 	$(BIN)/python -m tests.bench.golden_report
 
@@ -95,5 +98,5 @@ vllm-flags: install ## Regenerate vllm/data/flags.json from each release's wheel
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction bench-scale bench-cache golden \
+.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction bench-scale bench-cache bench-calibration golden \
 	golden-vllm traces-vllm test-vllm vllm-flags clean
