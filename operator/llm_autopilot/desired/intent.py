@@ -577,7 +577,7 @@ class _Pass:
             namespace=self.owner.namespace, name=self.owner.name, plan_hash=current.plan_hash,
             replicas=state.effective_replicas(ctx.spec.replicas), deployment=None,
             last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
-            kv_window=policy.kv_saturation_window_seconds)))
+            kv_window=policy.kv_saturation_window_seconds, lora=ctx.spec.lora is not None)))
 
     def report_verification(self, r: Rendered, tolerance: float) -> None:
         """status.verification and PlanVerified: the plan's Ready pods read once per plan (asked for, then
