@@ -53,6 +53,7 @@ from llm_autopilot.remediation.evidence import (
     latest_termination,
     rollout_complete,
 )
+from llm_autopilot.remediation.lora_slots import LoRAActivity, lora_query, read_activity, with_lora
 from llm_autopilot.remediation.saturation import KV_SATURATION, SaturationRule, pod_selector
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render import groups
@@ -106,7 +107,8 @@ class Gatherer:
                  saturation: SaturationSource | None = None, rule: SaturationRule = KV_SATURATION,
                  remembered: int = REMEMBERED_CRASHES, labels: LabelSource | None = None) -> None:
         self.pods = pods
-        #: Prometheus for vLLM's cache_config_info metric (verification); None: the pods' logs only
+        #: Prometheus for vLLM's info metrics: cache_config_info (verification; None: the pods' logs only) and
+        #: lora_requests_info (a KV saturation's LoRA adapters; None: the evidence says nothing of them)
         self.labels = labels
         self.saturation = saturation or (PerObjectSaturation(metrics, rule) if metrics is not None else None)
         self.rule = rule
@@ -138,10 +140,23 @@ class Gatherer:
                                                          threshold=target.kv_threshold)
         if metrics in (Metrics.UNAVAILABLE, Metrics.REJECTED):
             return Evidence(None, None, metrics, detail, rollout, target.plan_hash)
+        if saturation is not None and target.lora:
+            saturation = with_lora(saturation, self.lora_activity(target.namespace, current))
         termination = latest_termination(pods, container=CONTAINER, plan_hash=target.plan_hash,
                                          plan_hash_annotation=PLAN_HASH)
         crash = self._crash(target, termination) if termination is not None else None
         return Evidence(crash, saturation, metrics, detail, rollout, target.plan_hash)
+
+    def lora_activity(self, namespace: str, pods: list[str]) -> tuple[LoRAActivity, ...]:
+        """Each pod's newest LORA_REQUESTS_INFO series (one instant query for all). Never raises: Prometheus
+        down or no series is no activity, and the saturation evidence stays as the rule gave it."""
+        if self.labels is None or not pods:
+            return ()
+        try:
+            found = self.labels.series(lora_query(pod_selector(namespace, pods)))
+        except MetricsUnavailable:
+            return ()
+        return tuple(read_activity(labels) for labels in found)
 
     def ready_plan_pods(self, namespace: str, name: str, plan_hash: str) -> tuple[str, ...]:
         """The Ready pods that run the plan ``plan_hash`` (sorted: one order for the status)."""

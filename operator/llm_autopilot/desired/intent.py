@@ -588,7 +588,7 @@ class _Pass:
             namespace=self.owner.namespace, name=self.owner.name, plan_hash=current.plan_hash,
             replicas=state.effective_replicas(ctx.spec.replicas), deployment=None,
             last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
-            kv_window=policy.kv_saturation_window_seconds)))
+            kv_window=policy.kv_saturation_window_seconds, lora=ctx.spec.lora is not None)))
 
     def report_calibration(self, r: Rendered, calibrations: Calibrations) -> None:
         """status.kvCalibration: the calibration this generation plans with (chosen once per generation)."""

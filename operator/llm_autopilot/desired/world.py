@@ -96,6 +96,8 @@ class Target:
     last_evidence: str | None
     kv_threshold: float
     kv_window: int
+    #: spec.lora is set: a KV saturation's evidence also says which LoRA adapters were in flight
+    lora: bool = False
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,8 @@ LORA_REQUESTS_INFO = current_name(Metric.LORA_REQUESTS_INFO)
 #: ``vllm:lora_requests_info``'s labels (``PrometheusStatLogger``, v1/metrics/loggers.py, the same in 0.32.0 and
 #: 0.33.0): the adapters with running and with waiting requests (comma-joined names) and ``--max-loras``; the
 #: value is the time of the last update (``set_to_current_time``), and every label set seen stays exported, so
-#: the newest series of a pod is its current state
+#: the newest series of a pod is its current state. In both releases the two adapter labels carry one set: every
+#: adapter with a request in flight (v1/metrics/stats.py writes each into both; remediation/lora_slots.py)
 LORA_RUNNING_LABEL = "running_lora_adapters"
 LORA_WAITING_LABEL = "waiting_lora_adapters"
 LORA_MAX_LABEL = "max_lora"
