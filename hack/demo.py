@@ -6,7 +6,8 @@ after the first run), gives the vllm-cpu pool a 4 MiB KV room (8,192 tokens) and
 examples/tiny-llama-vllm-cpu.yaml, which asks for max_model_len 16384. Then it shows what happens, as a
 platform engineer would see it: vLLM's start-up failure (the root cause in `kubectl logs --previous`, not in
 the 2 KiB termination message), the operator's step to vLLM's own estimate, the new pod serving a completion,
-and `kubectl describe llmd`.
+and `kubectl describe llmd`; then the plan checked against vLLM's own KV figures (status.verification), and a
+second deployment planned with the calibration the first one's figures gave (status.kvCalibration).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from typing import Any
@@ -109,9 +111,76 @@ def main() -> int:
             keep = True
         if keep:
             print(line)
-    print(f"\nThe pool keeps its 4 MiB KV room; `kubectl annotate nodes -l {POOL} {KV_ANNOTATION}-` restores it. "
+    verification(get, NAME)
+    calibration(kubectl, get)
+    print(f"\nThe pool keeps a KV room of its own; `kubectl annotate nodes -l {POOL} {KV_ANNOTATION}-` restores it. "
           "`make down` stops everything.")
     return 0
+
+
+def verification(get: Any, name: str) -> dict[str, Any]:
+    """Step 6: the serving plan checked against vLLM's own KV figures (status.verification, PlanVerified)."""
+    step(f"6. the plan checked against the running vLLM: status.verification of {name}")
+    found = wait(f"status.verification of {name} (vLLM starts in about a minute)",
+                 lambda: get("llmd", name).get("status", {}).get("verification"), 600)
+    print(f"vLLM {found['vllmVersion']} ({found['source']}): {found.get('actualTokens')} tokens of KV cache, "
+          f"{found['actualKVGiB']} GiB; the plan predicted {found['predictedTokens']} tokens, "
+          f"{found['predictedKVGiB']} GiB: {found['errorPercent']:+.2f} % of GPU memory "
+          f"(tolerance ±{found['tolerancePercent']:g} %), verified {found['verified']}")
+    condition = next(c for c in get("llmd", name)["status"]["conditions"] if c["type"] == "PlanVerified")
+    print(f"PlanVerified={condition['status']} ({condition['reason']})")
+    return dict(found)
+
+
+def calibration(kubectl: Any, get: Any) -> None:
+    """Step 7: a room 6 % short of the plan; the first deployment's figures calibrate the second's plan."""
+    step("7. calibration: the pool's real KV room is 6 % short of what the planner counts; a first deployment "
+         "measures it, a second one of the same model on the same pool is planned with it")
+    first, second, block = "tiny-first", "tiny-second", 128
+    for name in (NAME, first, second):  # the pool has two GPUs: the first demo's deployment makes room
+        kubectl("delete", "llmd", name, "-n", dev.NAMESPACE, "--ignore-not-found", "--wait=true")
+    example = json.loads(kubectl("create", "--dry-run=client", "-o", "json", "-f", str(EXAMPLE)))
+
+    def apply(name: str, replicas: int) -> None:
+        spec = {**example["spec"], "replicas": replicas, "serving": {"maxModelLen": 2048},
+                "vllm": {**example["spec"]["vllm"], "gpuMemoryUtilization": 0.35}}  # a small room, a small cache
+        body = {**example, "metadata": {"name": name, "namespace": dev.NAMESPACE}, "spec": spec}
+        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+            json.dump(body, f)
+            f.flush()
+            kubectl("apply", "-f", f.name)
+
+    apply(first, 0)
+    plan = wait("the first plan", lambda: get("llmd", first).get("status", {}).get("plan"), 60)
+    # 512 bytes a token; half a block past a block boundary, away from the ratio's rounding
+    room = int(plan["memory"]["kvCacheTokens"] * 0.94) // block * block * 512 + block * 256
+    kubectl("annotate", "nodes", "-l", POOL, f"{KV_ANNOTATION}={room}", "--overwrite")
+    print(f"{first}: planned {plan['memory']['kvCacheTokens']} KV tokens; the pool's vLLM gets {room // 512}")
+    apply(first, 1)
+    measured = verification(get, first)
+    kept = wait("the sample in ConfigMap default/llm-autopilot-calibration", lambda: _sample(kubectl, first), 120)
+    print(f"calibration store (ConfigMap default/llm-autopilot-calibration): {json.dumps(kept)}")
+    apply(second, 1)
+    pin = wait("the second plan's calibration", lambda: (get("llmd", second).get("status", {}).get(
+        "kvCalibration") or {}).get("ratio") and get("llmd", second)["status"]["kvCalibration"], 60)
+    print(f"{second} status.kvCalibration: {pin['message']}")
+    calibrated = verification(get, second)
+    within = abs(calibrated["predictedTokens"] - (calibrated.get("actualTokens") or 0)) <= block
+    print(f"first: {measured['predictedTokens']} tokens predicted, {measured.get('actualTokens')} in vLLM; second "
+          f"(calibrated): {calibrated['predictedTokens']} predicted, {calibrated.get('actualTokens')} in vLLM "
+          f"(within one block of {block} tokens: {within})")
+
+
+def _sample(kubectl: Any, name: str) -> dict[str, Any] | None:
+    """The deployment's sample in the operator's calibration store (`make dev` keeps it in default)."""
+    try:
+        found = json.loads(kubectl("get", "configmap", "llm-autopilot-calibration", "-n", "default", "-o", "json"))
+    except subprocess.CalledProcessError:  # not written yet
+        return None
+    store = json.loads(found["data"]["calibration.json"])
+    sample: dict[str, Any] | None = next((s for e in store["entries"] for s in e["samples"]
+                                          if s["deployment"] == f"{dev.NAMESPACE}/{name}"), None)
+    return sample
 
 
 if __name__ == "__main__":
