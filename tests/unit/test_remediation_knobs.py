@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -11,6 +14,7 @@ from llm_autopilot.api.v1alpha1 import RemediationOverrides, remediation_overrid
 from llm_autopilot.domain.knobs import KNOBS, Kind, Knob
 from llm_autopilot.planner.plan import Targets
 from llm_autopilot.remediation.ladder import Overrides
+from llm_autopilot.remediation.state import Limits, RemediationState
 
 
 def test_the_table_declares_every_knob_of_the_models_once() -> None:
@@ -57,3 +61,65 @@ def test_the_status_form_round_trips_through_the_table() -> None:
     assert o.to_status() == {"maxModelLen": 8192, "maxNumBatchedTokens": 4096, "enforceEager": True,
                              "fp8KVCache": True, "minGPUs": 2, "memoryLimitGiB": 54.0}
     assert Overrides.from_status(o.to_status()) == o
+
+
+
+# Limits looser than every schema bound (floors of 0, more GPUs than the schema admits, no node memory known): a
+# status is then clamped to the schema's edge, unless a row states a tighter bound of its own.
+_LOOSE = Limits(max_steps=5, spec_replicas=1, max_replicas=None, max_gpus=10**6, node_memory_gib=0.0,
+                floor_max_model_len=0, floor_max_num_seqs=0, floor_max_num_batched_tokens=0,
+                floor_gpu_memory_utilization=0.0)
+_TIGHT = dataclasses.replace(_LOOSE, max_gpus=2, node_memory_gib=64.0, floor_max_model_len=4096,
+                             floor_max_num_seqs=8, floor_max_num_batched_tokens=512, floor_gpu_memory_utilization=0.7)
+_READ = [k for k in KNOBS if k.kind is not Kind.FLAG and k.field != "replicas"]  # replicas: clamp_replicas
+
+
+def _read(knob: Knob, value: float) -> tuple[Any, str]:
+    """The knob's value as the reader repairs it from a status entry, and its warnings."""
+    state, warnings = RemediationState.read({"rung": 1, "applied": [{knob.alias: value}]}, _LOOSE,
+                                            datetime(2026, 12, 1, tzinfo=UTC))
+    return getattr(state.overrides, knob.field), " ".join(warnings)
+
+
+@pytest.mark.parametrize("knob", _READ, ids=lambda k: k.field)
+def test_a_status_past_the_schemas_edge_is_clamped_to_that_edge(knob: Knob) -> None:
+    """The edges are the status schema's (the CRD's), not read back from the table's fields."""
+    schema = next(s for s in RemediationOverrides.model_json_schema(by_alias=True)["properties"][knob.alias]["anyOf"]
+                  if s["type"] != "null")
+    integer = schema["type"] == "integer"
+    own_low = knob.low(_LOOSE)
+    if "minimum" in schema:
+        edge = math.ceil(schema["minimum"]) if integer else schema["minimum"]
+        assert own_low is None or own_low <= edge
+        value, warnings = _read(knob, edge - 1)
+        assert value == edge and "clamped to" in warnings
+    if "exclusiveMinimum" in schema:
+        edge = schema["exclusiveMinimum"]
+        value, warnings = _read(knob, edge)
+        if integer:
+            assert value == math.floor(edge) + 1 and "clamped to" in warnings
+        else:  # no least value to clamp to: refused (``positive``)
+            assert value is None and "not a valid value" in warnings
+    if "maximum" in schema:
+        edge = math.floor(schema["maximum"]) if integer else schema["maximum"]
+        value, warnings = _read(knob, edge + 1)
+        assert value == edge and "clamped to" in warnings
+    else:
+        assert _read(knob, 10**9) == (10**9, "")
+
+
+@pytest.mark.parametrize("knob", _READ, ids=lambda k: k.field)
+def test_no_row_restates_a_schema_bound_as_its_own(knob: Knob) -> None:
+    for own, schema in ((knob.low, knob.schema_low()), (knob.high, knob.schema_high())):
+        constant = own(_LOOSE) is not None and own(_LOOSE) == own(_TIGHT)
+        assert not (constant and own(_TIGHT) == schema), f"{knob.field} restates its schema bound {schema}"
+
+
+def test_the_clamp_bounds_are_the_tighter_of_the_rows_and_the_schemas() -> None:
+    assert Knob("w", "w", Kind.INTEGER, ge=1.5, le=9.5).clamp_low(_LOOSE) == 2
+    assert Knob("w", "w", Kind.INTEGER, ge=1.5, le=9.5).clamp_high(_LOOSE) == 9
+    assert Knob("w", "w", Kind.INTEGER, gt=0).schema_low() == 1 == Knob("w", "w", Kind.INTEGER, gt=0.5).schema_low()
+    assert Knob("w", "w", Kind.NUMBER, gt=0, le=1).clamp_low(_LOOSE) is None
+    assert Knob("w", "w", Kind.NUMBER, high=lambda _: 0.5, le=1).clamp_high(_LOOSE) == 0.5
+    min_gpus = next(k for k in KNOBS if k.field == "min_gpus")
+    assert (min_gpus.clamp_high(_TIGHT), min_gpus.clamp_high(_LOOSE)) == (2, 64)

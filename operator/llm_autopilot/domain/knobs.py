@@ -1,6 +1,8 @@
 """Remediation's knobs, each declared once: its field on ``Overrides``, its alias in ``status.remediation.
 applied``, its status schema (description, bounds), the bounds a status read from the cluster is clamped into,
-and the planner target it sets. Pure, ground floor (imports nothing of the package).
+and the planner target it sets. Each bound is stated once: a row's ``low``/``high`` say only what its schema
+bounds cannot (a bound that depends on the limits, or a tighter one); a status read is clamped into the tighter
+of the two, else the schema's (``Knob.clamp_low``/``clamp_high``). Pure, ground floor (imports nothing of the package).
 
 ``Overrides``' status form (remediation/ladder.py), the status model (api/v1alpha1.RemediationOverrides), the
 defensive reader of a status (remediation/state.py) and the planner mapping (remediation/evidence.apply_overrides)
@@ -10,6 +12,7 @@ are derived from this table. Knobs whose reading or mapping is not a plain bound
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -50,7 +53,8 @@ class Knob:
     #: its name in status.remediation.applied[]
     alias: str
     kind: Kind
-    #: the bounds a value read from the status is clamped into (low None: the kind's own check only)
+    #: the row's own bounds of a value read from the status, where the schema's (ge/gt/le) are not enough: one
+    #: that depends on the limits, or a tighter constant (None: the schema's only; see ``clamp_low``)
     low: Callable[[Limits], float | None] = _none
     high: Callable[[Limits], float | None] = _none
     #: a number that must be above zero (a memory limit, a utilization)
@@ -65,6 +69,36 @@ class Knob:
     gt: float | None = None
     le: float | None = None
 
+    def schema_low(self) -> float | None:
+        """The least value the schema admits, as a clamp: for an INTEGER knob ceil(ge) or floor(gt) + 1, for
+        a NUMBER ge; None if it has none (an open ``gt`` on a NUMBER has no least value: ``positive``
+        refuses what is not above zero)."""
+        if self.kind is Kind.INTEGER:
+            lows = [b for b in (None if self.ge is None else math.ceil(self.ge),
+                                None if self.gt is None else math.floor(self.gt) + 1) if b is not None]
+            return max(lows) if lows else None
+        return None if self.kind is Kind.FLAG or self.ge is None else float(self.ge)
+
+    def schema_high(self) -> float | None:
+        """The greatest value the schema admits: floor(le) for an INTEGER knob, le for a NUMBER."""
+        if self.kind is Kind.FLAG or self.le is None:
+            return None
+        return math.floor(self.le) if self.kind is Kind.INTEGER else float(self.le)
+
+    def clamp_low(self, limits: Limits) -> float | None:
+        """The bound a value read from a status is raised to: the row's own (``low``) if it gives one, never
+        below the schema's; else the schema's."""
+        return _tightest(max, self.low(limits), self.schema_low())
+
+    def clamp_high(self, limits: Limits) -> float | None:
+        """The bound a value read from a status is lowered to: the row's own (``high``), never above the
+        schema's; else the schema's."""
+        return _tightest(min, self.high(limits), self.schema_high())
+
+
+def _tightest(pick: Callable[[float, float], float], own: float | None, schema: float | None) -> float | None:
+    return schema if own is None else own if schema is None else pick(own, schema)
+
 
 KNOBS: tuple[Knob, ...] = (
     Knob("max_model_len", "maxModelLen", Kind.INTEGER, low=lambda lim: lim.floor_max_model_len, special=True,
@@ -76,10 +110,10 @@ KNOBS: tuple[Knob, ...] = (
          description="Pinned max_num_seqs.", ge=1),
     Knob("enforce_eager", "enforceEager", Kind.FLAG, target="enforce_eager", description="CUDA graphs off."),
     Knob("gpu_memory_utilization", "gpuMemoryUtilization", Kind.NUMBER,
-         low=lambda lim: lim.floor_gpu_memory_utilization, high=lambda _: 1.0, positive=True,
+         low=lambda lim: lim.floor_gpu_memory_utilization, positive=True,
          target="gpu_memory_utilization", description="Pinned gpu_memory_utilization.", gt=0, le=1),
     Knob("fp8_kv_cache", "fp8KVCache", Kind.FLAG, special=True, description="KV cache forced to fp8."),
-    Knob("min_gpus", "minGPUs", Kind.INTEGER, low=lambda _: 1, high=lambda lim: lim.max_gpus, target="min_gpus",
+    Knob("min_gpus", "minGPUs", Kind.INTEGER, high=lambda lim: lim.max_gpus, target="min_gpus",
          description="At least this many GPUs per replica.", ge=1, le=64),
     Knob("replicas", "replicas", Kind.INTEGER, special=True, description="Replicas instead of spec.replicas.",
          ge=1, le=1000),
@@ -87,7 +121,7 @@ KNOBS: tuple[Knob, ...] = (
          high=lambda lim: lim.node_memory_gib if lim.node_memory_gib > 0 else None, positive=True,
          description="Container memory limit (GiB).", gt=0),
     # LoRA adapter slots: mapped into the plan's LoRA request, never below its pinned adapters (evidence.py)
-    Knob("max_loras", "maxLoras", Kind.INTEGER, low=lambda _: 1, high=lambda _: 64, special=True,
+    Knob("max_loras", "maxLoras", Kind.INTEGER, special=True,
          description="LoRA adapter slots (--max-loras).", ge=1, le=64),
 )
 

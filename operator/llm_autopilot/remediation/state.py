@@ -188,8 +188,8 @@ class _Reader:
         value = raw.get(knob.alias)
         if knob.kind is Kind.FLAG:
             return self.flag(f"{where}.{knob.alias}", value)
-        low = knob.low(limits)
-        return self.bounded(f"{where}.{knob.alias}", value, low if low is not None else 0, knob.high(limits),
+        low = knob.clamp_low(limits)
+        return self.bounded(f"{where}.{knob.alias}", value, low if low is not None else 0, knob.clamp_high(limits),
                             convert=_number if knob.kind is Kind.NUMBER else _integer, positive=knob.positive)
 
 
