@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from llm_autopilot.controller.calibration_store import CONFIGMAP_NAME, CalibrationBook
+from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import WriteConflict
 from llm_autopilot.desired.calibration import PLANNED_BEFORE, SampleToRecord
 from llm_autopilot.planner.calibration import CONFIGMAP_KEY, CalibrationKey, Sample
@@ -232,3 +233,19 @@ def test_a_malformed_pin_is_chosen_again() -> None:
                                    "family": "qwen3", "ratio": 40, "message": "forged"}
     run.once()
     assert run.status["kvCalibration"]["message"] != "forged" and "ratio" not in run.status["kvCalibration"]
+
+
+def test_pods_of_another_release_calibrate_nothing_and_are_said() -> None:
+    book = CalibrationBook(ConfigMaps(), OPERATOR_NS)
+    run = Run(H100_QWEN, calibration=book)
+    run.gatherer = Gatherer(run.cluster, versions=lambda address: "0.32.0+cu128")  # the spec plans for 0.33.0
+    run.once()
+    serve(run, round(run.status["plan"]["memory"]["kvCacheTokens"] * 0.97))  # a sample that would be kept
+    run.cluster.pod_list[0]["status"]["podIP"] = "10.0.0.7"
+    out = run.once()
+    verification = run.status["verification"]
+    assert verification["vllmVersion"] == "0.32.0"  # what the pod runs, not what the plan assumed
+    assert "the pods run vLLM 0.32.0 but the plan was made for vLLM 0.33.0" in run.condition("PlanVerified")[
+        "message"]
+    assert ("Warning", "VLLMVersionMismatch") in [e[:2] for e in out.events]
+    assert book.current(NOW).entries == {} and book.writes == 0

@@ -8,10 +8,11 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 import pytest
 
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, VerificationStatus
-from llm_autopilot.controller.gather import START_LOG_BYTES, Gatherer
+from llm_autopilot.controller.gather import START_LOG_BYTES, Gatherer, read_vllm_version
 from llm_autopilot.controller.kube import LogUnavailable
 from llm_autopilot.controller.metrics import MetricsUnavailable
 from llm_autopilot.planner.verify import (
@@ -289,3 +290,63 @@ def test_the_spec_sets_the_tolerance_and_a_new_tolerance_judges_again() -> None:
 
 def test_the_default_tolerance_is_the_plans_own_headroom() -> None:
     assert LLMDeploymentSpec.model_validate(QWEN_H100).verification.tolerance_percent == TOLERANCE_PERCENT
+
+
+# ---- the version the pods' vLLM reports ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("reported", "version", "mismatch"), [
+    ((None,), "0.33.0", None),  # not read: the plan's target is written
+    (("0.33.0+cu128",), "0.33.0", None),  # a build of the same release
+    (("0.32.0+cpu",), "0.32.0", "the pods run vLLM 0.32.0 but the plan was made for vLLM 0.33.0"),
+    (("0.33.0", "0.32.1"), "0.33.0", "the pods run vLLM 0.32.1 but"),  # one pod of another release is enough
+    (("not a version",), "0.33.0", None),
+], ids=["not read", "same release", "another release", "one pod of another", "unreadable"])
+def test_the_running_version_is_written_and_another_release_is_said(
+        reported: tuple[str | None, ...], version: str, mismatch: str | None) -> None:
+    readings = tuple(PodReading(f"p{i}", blocks(1000), vllm_version=v) for i, v in enumerate(reported))
+    d = decide(PREDICTION, "h1", None, readings, vllm_version="0.33.0", now=NOW)
+    assert d.results[0][1].vllm_version == version
+    if mismatch is None:
+        assert d.mismatch is None and "plan was made for" not in d.condition[2]
+    else:
+        assert d.mismatch is not None and d.mismatch.startswith(mismatch) and mismatch in d.condition[2]
+        assert "spec.vllm.version" in d.mismatch
+
+
+def test_the_gatherer_asks_each_pods_vllm_its_version() -> None:
+    cluster = FakeCluster()
+    cluster.pod_list = [{**pod("x-1", "h1"), "status": {**pod("x-1", "h1")["status"], "podIP": "10.0.0.7"}},
+                        pod("x-2", "h1")]  # x-2 has no IP yet: not asked
+    cluster.current_logs.update({"x-1": "GPU KV cache size: 100 tokens", "x-2": "GPU KV cache size: 100 tokens"})
+    asked: list[str] = []
+
+    def version(address: str) -> str | None:
+        asked.append(address)
+        return "0.32.0+cpu"
+
+    readings = Gatherer(cluster, versions=version).kv_figures(NAMESPACE, ("x-1", "x-2"), instance="x")
+    assert asked == ["10.0.0.7"] and [r.vllm_version for r in readings] == ["0.32.0+cpu", None]
+    # without the object's name nothing is asked
+    assert [r.vllm_version for r in Gatherer(cluster, versions=version).kv_figures(NAMESPACE, ("x-1",))] == [None]
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    (httpx.Response(200, json={"version": "0.32.0+cpu"}), "0.32.0+cpu"),
+    (httpx.Response(500, text="boom"), None),
+    (httpx.Response(200, text="<html>"), None),
+    (httpx.Response(200, json=["0.32.0"]), None),
+    (httpx.ConnectError("refused"), None),
+], ids=["answers", "500", "not JSON", "not an object", "unreachable"])
+def test_read_vllm_version_never_raises(answer: httpx.Response | Exception, expected: str | None) -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert read_vllm_version("10.0.0.7", transport=httpx.MockTransport(handler)) == expected
+    assert seen == ["http://10.0.0.7:8000/version"]
+    assert read_vllm_version("fd00::7", transport=httpx.MockTransport(handler)) == expected
+    assert seen[-1] == "http://[fd00::7]:8000/version"

@@ -12,10 +12,12 @@ the evidence falls back to the termination message and says so.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import httpx
 from kubernetes.client.exceptions import ApiException
 
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, SourceStatus
@@ -59,6 +61,7 @@ from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render import groups
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.kubernetes import CONTAINER, PLAN_HASH
+from llm_autopilot.render.vllm_args import VLLM_PORT
 from llm_autopilot.render.workload import Live
 from llm_autopilot.vllm.metrics import CACHE_CONFIG_INFO
 from llm_autopilot.vllm.startup import LABEL_NUM_BLOCKS
@@ -97,7 +100,7 @@ START_LOG_BYTES = 512 * 1024
 
 
 __all__ = ["Gatherer", "PodSource", "SecretUnreadable", "Target", "WorldSource", "crd_installed", "hub_token",
-           "read_adapters", "read_live", "read_model", "read_nodes", "read_world", "secret"]
+           "read_adapters", "read_live", "read_model", "read_nodes", "read_vllm_version", "read_world", "secret"]
 
 
 class Gatherer:
@@ -105,8 +108,11 @@ class Gatherer:
 
     def __init__(self, pods: PodSource, metrics: MetricsSource | None = None, *,
                  saturation: SaturationSource | None = None, rule: SaturationRule = KV_SATURATION,
-                 remembered: int = REMEMBERED_CRASHES, labels: LabelSource | None = None) -> None:
+                 remembered: int = REMEMBERED_CRASHES, labels: LabelSource | None = None,
+                 versions: Callable[[str], str | None] | None = None) -> None:
         self.pods = pods
+        #: a pod IP -> the version its vLLM reports (None: the pods' versions are not asked)
+        self.versions = versions
         #: Prometheus for vLLM's info metrics: cache_config_info (verification; None: the pods' logs only) and
         #: lora_requests_info (a KV saturation's LoRA adapters; None: the evidence says nothing of them)
         self.labels = labels
@@ -163,12 +169,23 @@ class Gatherer:
         return tuple(sorted(str(p["metadata"]["name"]) for p in self.pods.pods(
             namespace, f"app.kubernetes.io/instance={name}") if _runs(p, plan_hash) and pod_ready(p)))
 
-    def kv_figures(self, namespace: str, pods: tuple[str, ...]) -> tuple[PodReading, ...]:
+    def kv_figures(self, namespace: str, pods: tuple[str, ...], *,
+                   instance: str | None = None) -> tuple[PodReading, ...]:
         """vLLM's own KV-cache figures of these pods: its cache_config_info metric from Prometheus (one query for
-        all), else the start-up lines of the pod's log (``pods/log``). Never raises: a pod neither source
-        gives is a reading that says why."""
+        all), else the start-up lines of the pod's log (``pods/log``); with ``instance`` (the object's name),
+        each pod's vLLM version as it reports it. Never raises: a pod neither source gives is a reading that
+        says why."""
         if not pods:
             return ()
+        readings = self._kv_figures(namespace, pods)
+        if self.versions is None or instance is None:
+            return readings
+        addresses = {str(p["metadata"]["name"]): str((p.get("status") or {}).get("podIP") or "")
+                     for p in self.pods.pods(namespace, f"app.kubernetes.io/instance={instance}")}
+        return tuple(dataclasses.replace(r, vllm_version=self.versions(addresses[r.pod]))
+                     if addresses.get(r.pod) else r for r in readings)
+
+    def _kv_figures(self, namespace: str, pods: tuple[str, ...]) -> tuple[PodReading, ...]:
         found: dict[str, dict[str, str]] = {}
         missing = "no Prometheus configured"
         if self.labels is not None:
@@ -231,6 +248,23 @@ def _blocks(labels: dict[str, str]) -> int:
 
 
 # ---- the World -------------------------------------------------------------------------------------------
+
+#: how long the operator waits for a pod's /version (best effort: a pod that does not answer says nothing)
+VERSION_SECONDS = 2.0
+
+
+def read_vllm_version(address: str, *, transport: httpx.BaseTransport | None = None) -> str | None:
+    """The version the vLLM at ``address`` reports on its /version (None: it did not say). Never raises."""
+    host = f"[{address}]" if ":" in address else address
+    try:
+        with httpx.Client(transport=transport, timeout=VERSION_SECONDS) as client:
+            response = client.get(f"http://{host}:{VLLM_PORT}/version")
+        response.raise_for_status()
+        found = response.json().get("version")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return found[:64] if isinstance(found, str) and found else None
+
 
 class WorldSource(Protocol):
     """The Kubernetes reads of the World (Kube, the watches' WatchedCluster; in-memory fakes in tests)."""

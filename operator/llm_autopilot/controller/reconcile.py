@@ -31,6 +31,7 @@ from llm_autopilot.controller.gather import (
     SecretUnreadable,
     read_model,
     read_nodes,
+    read_vllm_version,
     read_world,
 )
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
@@ -186,11 +187,11 @@ def workload_view(kube: Cluster, asked: WorkloadAsk) -> dict[str, Any] | None:
 def gatherer_for(kube: Cluster, settings: OperatorSettings) -> Gatherer:
     """The evidence gatherer for these settings (the operator keeps one per process: it remembers crashes)."""
     if not settings.prometheus_url:
-        return Gatherer(kube)
+        return Gatherer(kube, versions=read_vllm_version)
     client = PrometheusClient(PrometheusSettings(settings.prometheus_url, settings.prometheus_headers,
                                                  settings.prometheus_verify_tls))
     return Gatherer(kube, saturation=SaturationRounds(client, round_seconds=settings.prometheus_round_seconds),
-                    labels=client)
+                    labels=client, versions=read_vllm_version)
 
 
 #: how often one reconcile may be asked to read more before deciding (the cache, then the workload and evidence)
@@ -319,7 +320,7 @@ class Reconciler:
             asked = asks.verification
             ready = self.gatherer.ready_plan_pods(asked.namespace, asked.name, asked.plan_hash)
             readings = self.gatherer.kv_figures(asked.namespace, verify.pods_to_read(asked.known, asked.plan_hash,
-                                                                                    ready))
+                                                                                    ready), instance=asked.name)
             world = dataclasses.replace(world, verification=VerificationReading(asked.plan_hash, readings))
         return world
 

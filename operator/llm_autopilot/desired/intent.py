@@ -615,8 +615,10 @@ class _Pass:
                 decision.results, plan_hash=r.plan_hash,
                 calibration=applied.reason(r.plan.estimate.kv_cache_bytes - r.plan.estimate.kv_calibration_bytes,
                                            r.plan.estimate.total_bytes)[:400] if applied is not None else None)
+            # a pod of another release measured another engine than the key's: it calibrates nothing
             self.out.calibration_sample = sample_of(key, decision.results, r.plan.estimate,
-                                                    f"{self.owner.namespace}/{self.owner.name}", self.now)
+                                                    f"{self.owner.namespace}/{self.owner.name}",
+                                                    self.now) if decision.mismatch is None else None
             value = found.model_dump(by_alias=True, exclude_none=True, mode="json") if found else None
             if _changed(self.status, "verification", value):
                 self.out.status["verification"] = value
@@ -627,6 +629,8 @@ class _Pass:
         self.condition(verify.PLAN_VERIFIED, status, reason, message)
         if decision.event is not None and before != self.conditions:
             self.event(*decision.event)
+            if decision.mismatch is not None:
+                self.event("Warning", "VLLMVersionMismatch", decision.mismatch)
         if reason == verify.UNREADABLE:
             self.out.settled = False  # read again on the next resync
 

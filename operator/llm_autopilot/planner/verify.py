@@ -24,6 +24,7 @@ from llm_autopilot.planner.kv_cache import kv_block_bytes
 from llm_autopilot.planner.memory import MemoryEstimate
 from llm_autopilot.vllm import startup
 from llm_autopilot.vllm.metrics import CACHE_CONFIG_INFO
+from llm_autopilot.vllm.versions import VersionError, VLLMVersion
 
 #: |measured - predicted| KV memory, in percent of one GPU's memory, beyond which a plan is not verified
 TOLERANCE_PERCENT = 2.0
@@ -224,6 +225,8 @@ class PodReading:
     pod: str
     observed: Observed | None = None
     problem: str = ""
+    #: the version the pod's vLLM reports (its /version; None: not read)
+    vllm_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,8 @@ class Decision:
     keep: bool = False
     results: tuple[tuple[str, Verification], ...] = ()
     event: tuple[str, str, str] | None = None
+    #: the pods run another vLLM than the plan was made for (the sentence; None: the same, or not known)
+    mismatch: str | None = None
 
     @property
     def worst(self) -> Verification | None:
@@ -272,12 +277,14 @@ def decide(prediction: Prediction, plan_hash: str, known: Known | None, readings
                                                         "figures are read once one serves"))
     results: list[tuple[str, Verification]] = []
     problems: list[str] = []
+    mismatch = version_mismatch(vllm_version, [r.vllm_version for r in readings])
     for reading in readings:
         if reading.observed is None:
             problems.append(f"{reading.pod}: {reading.problem}")
             continue
         try:
-            results.append((reading.pod, verify(prediction, reading.observed, vllm_version=vllm_version, now=now,
+            results.append((reading.pod, verify(prediction, reading.observed, now=now,
+                                                vllm_version=_release(reading.vllm_version) or vllm_version,
                                                 tolerance_percent=tolerance_percent)))
         except ObservationError as exc:
             problems.append(f"{reading.pod}: {exc}")
@@ -294,5 +301,27 @@ def decide(prediction: Prediction, plan_hash: str, known: Known | None, readings
         message = f"{len(results)} pods read, the furthest from the plan: {message}"
     if problems:
         message += f" ({len(problems)} pod(s) unreadable: {'; '.join(problems)})"
+    if mismatch is not None:
+        message += f"; {mismatch}"
     event = ("Normal", "PlanVerified", message) if verified else ("Warning", "PlanNotVerified", message)
-    return Decision(condition=(verified, reason, message), results=tuple(results), event=event)
+    return Decision(condition=(verified, reason, message), results=tuple(results), event=event, mismatch=mismatch)
+
+
+def _release(text: str | None) -> str | None:
+    """The release a pod reports ("0.32.0+cpu" is 0.32.0; None: not read, or not a version)."""
+    if not text:
+        return None
+    try:
+        return str(VLLMVersion.parse(text))
+    except VersionError:
+        return None
+
+
+def version_mismatch(planned: str, reported: list[str | None]) -> str | None:
+    """The sentence when a pod's vLLM is not the release the plan was made for (its memory arithmetic, flags and
+    defaults are that release's); None when every pod that said agrees, or none said."""
+    running = sorted({r for r in map(_release, reported) if r is not None and r != _release(planned)})
+    if not running:
+        return None
+    return (f"the pods run vLLM {', '.join(running)} but the plan was made for vLLM {planned}: set "
+            "spec.vllm.version to the image's release (the plan's arithmetic, flags and defaults are per release)")
