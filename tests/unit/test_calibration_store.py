@@ -88,6 +88,18 @@ def test_a_concurrent_writer_loses_nothing() -> None:
     assert entry_ratios(maps) == {"c/z": 0.95, "a/x": 0.97}
 
 
+def test_a_store_it_may_not_write_is_said_and_the_reconcile_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    class Forbidden(ConfigMaps):
+        def write_config_map(self, namespace: str, name: str, data: dict[str, str], *,
+                             resource_version: str | None, labels: dict[str, str]) -> None:
+            raise RuntimeError('(403) configmaps is forbidden: User "system:serviceaccount:x:y" cannot create')
+
+    book = CalibrationBook(Forbidden(), OPERATOR_NS)
+    with caplog.at_level(logging.WARNING):
+        assert not book.record(sample(0.97, "a/x"), NOW) and not book.record(sample(0.97, "a/x"), NOW)
+    assert caplog.text.count("cannot write llm-autopilot/llm-autopilot-calibration: (403)") == 1
+
+
 def test_a_broken_measurement_is_not_written() -> None:
     maps = ConfigMaps()
     book = CalibrationBook(maps, OPERATOR_NS)

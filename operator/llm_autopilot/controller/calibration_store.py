@@ -101,6 +101,10 @@ class CalibrationBook:
                                                labels={"app.kubernetes.io/managed-by": "llm-autopilot"})
                 except WriteConflict:
                     continue  # another writer came first: read its samples and add this one again
+                except Exception as exc:  # RBAC, a missing namespace: said once, the reconcile goes on
+                    self._say(f"calibration sample of {asked.sample.deployment} not kept: cannot write "
+                              f"{self.namespace}/{CONFIGMAP_NAME}: {str(exc).splitlines()[0][:300]}")
+                    return False
                 self.writes += 1
                 self._store, self._read_at = updated, self.clock()
                 return True
