@@ -139,6 +139,10 @@ def calibration(kubectl: Any, get: Any) -> None:
     first, second, block = "tiny-first", "tiny-second", 128
     for name in (NAME, first, second):  # the pool has two GPUs: the first demo's deployment makes room
         kubectl("delete", "llmd", name, "-n", dev.NAMESPACE, "--ignore-not-found", "--wait=true")
+    # an empty store, as on a new cluster (an earlier run's samples would calibrate the first deployment too);
+    # `make dev`'s operator reads it again every 5 s
+    kubectl("delete", "configmap", "llm-autopilot-calibration", "-n", "default", "--ignore-not-found")
+    time.sleep(6)
     example = json.loads(kubectl("create", "--dry-run=client", "-o", "json", "-f", str(EXAMPLE)))
 
     def apply(name: str, replicas: int) -> None:

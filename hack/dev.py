@@ -95,7 +95,8 @@ def up() -> int:
         op_env = {**env, **hub, "LLM_AUTOPILOT_WEBHOOK": "true", "LLM_AUTOPILOT_WEBHOOK_PORT": "26495",
                   "LLM_AUTOPILOT_WEBHOOK_CERT_DIR": str(state / "webhook"), "LLM_AUTOPILOT_RESYNC_SECONDS": "10",
                   # the KV calibration store, as the chart keeps it beside the operator
-                  "LLM_AUTOPILOT_CALIBRATION_NAMESPACE": "default"}
+                  "LLM_AUTOPILOT_CALIBRATION_NAMESPACE": "default",
+                  "LLM_AUTOPILOT_CALIBRATION_READ_SECONDS": "5"}
         log.parent.mkdir(parents=True, exist_ok=True)
         process = subprocess.Popen([str(OPERATOR), "operator"], env=op_env, stdout=log.open("ab"),
                                    stderr=subprocess.STDOUT, start_new_session=True)

@@ -139,7 +139,9 @@ def test_a_second_deployment_plans_with_the_kv_room_the_first_one_measured(
     model on the same pool plans with it, and its predicted tokens are vLLM's to within one block. The first
     is not rolled by it."""
     block = 128  # the CPU build's tokens per block; the tiny model's KV cache is 512 bytes a token
-    small = {"vllm": {"gpuMemoryUtilization": 0.35}}  # a small planned room: a small CPU KV cache here
+    # a small planned room (a small CPU KV cache here), and a length that is whole blocks: vLLM's printed tokens
+    # are its blocks x 128 then
+    small = {"vllm": {"gpuMemoryUtilization": 0.35}, "serving": {"maxModelLen": 2048}}
     with operator_for(kubectl, namespace, tmp_path, calibration=True):
         apply(kubectl, namespace, tiny("first", replicas=0, **small))
         plan = wait_for("the first deployment's plan", lambda: llmd(kubectl, namespace, "first").get(
@@ -176,11 +178,23 @@ def test_a_second_deployment_plans_with_the_kv_room_the_first_one_measured(
         assert verified["verified"] is True and verified["calibration"] == pin["message"], verified
         report("verification, second deployment (calibrated)", **{k: verified.get(k) for k in (
             "predictedTokens", "actualTokens", "errorPercent", "calibration")})
-        # the first keeps the calibration its generation planned with (none): its pod is the same
+        # the first keeps the calibration its spec planned with (none): its pod is the same, and a scale (a new
+        # generation, the same plan) does not take the store either
         status = llmd(kubectl, namespace, "first")["status"]
         assert "ratio" not in status["kvCalibration"], status["kvCalibration"]
         assert [p["metadata"]["name"] for p in ready_pods(kubectl, namespace, "first")] == [
             first["metadata"]["name"]]
+        plan_hash = first["metadata"]["annotations"]["llm-autopilot.io/plan-hash"]
+        kubectl("scale", "llmd", "first", "-n", namespace, "--replicas=0")
+
+        def scaled() -> dict[str, Any] | None:
+            found = llmd(kubectl, namespace, "first")
+            return found if found["status"].get("observedGeneration") == found["metadata"]["generation"] else None
+
+        after = wait_for("the scale reconciled", scaled, timeout=60)["status"]
+        assert "ratio" not in after["kvCalibration"] and after["kvCalibration"] == status["kvCalibration"], after
+        template = kubectl.json("deployment", "first", "-n", namespace)["spec"]["template"]
+        assert template["metadata"]["annotations"]["llm-autopilot.io/plan-hash"] == plan_hash
 
 
 def _reading(kubectl: Kubectl, namespace: str, name: str, pod: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import pytest
 from llm_autopilot.controller.calibration_store import CONFIGMAP_NAME, CalibrationBook
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import WriteConflict
-from llm_autopilot.desired.calibration import PLANNED_BEFORE, SampleToRecord
+from llm_autopilot.desired.calibration import PLANNED_BEFORE, Calibrations, SampleToRecord
 from llm_autopilot.planner.calibration import CONFIGMAP_KEY, CalibrationKey, Sample
 from tests.unit.fakes import NAMESPACE, FakeCluster, Run
 
@@ -46,8 +46,8 @@ class ConfigMaps:
         self.items[(namespace, name)] = {"metadata": {"name": name, "namespace": namespace,
                                                       "resourceVersion": str(self.version)}, "data": data}
 
-    def write_config_map(self, namespace: str, name: str, data: dict[str, str], *,
-                         resource_version: str | None, labels: dict[str, str]) -> None:
+    def write_config_map(self, namespace: str, name: str, data: dict[str, str], *, resource_version: str | None,
+                         labels: dict[str, str], annotations: dict[str, str]) -> None:
         if self.races:
             self.put(namespace, name, self.races.pop(0))
         live = self.items.get((namespace, name))
@@ -55,6 +55,7 @@ class ConfigMaps:
                 live is not None and live["metadata"]["resourceVersion"] != resource_version):
             raise WriteConflict("409 Conflict: the object has been modified")
         self.put(namespace, name, data)
+        self.items[(namespace, name)]["metadata"].update(labels=labels, annotations=annotations)
 
     def store(self) -> dict[str, Any]:
         return dict(json.loads(self.items[(OPERATOR_NS, CONFIGMAP_NAME)]["data"][CONFIGMAP_KEY]))
@@ -90,8 +91,8 @@ def test_a_concurrent_writer_loses_nothing() -> None:
 
 def test_a_store_it_may_not_write_is_said_and_the_reconcile_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     class Forbidden(ConfigMaps):
-        def write_config_map(self, namespace: str, name: str, data: dict[str, str], *,
-                             resource_version: str | None, labels: dict[str, str]) -> None:
+        def write_config_map(self, namespace: str, name: str, data: dict[str, str], *, resource_version: str | None,
+                             labels: dict[str, str], annotations: dict[str, str]) -> None:
             raise RuntimeError('(403) configmaps is forbidden: User "system:serviceaccount:x:y" cannot create')
 
     book = CalibrationBook(Forbidden(), OPERATOR_NS)
@@ -114,7 +115,8 @@ def test_a_store_that_cannot_be_read_calibrates_nothing_and_is_never_overwritten
     maps.put(OPERATOR_NS, CONFIGMAP_NAME, {CONFIGMAP_KEY: data})
     book = CalibrationBook(maps, OPERATOR_NS)
     with caplog.at_level(logging.WARNING):
-        assert book.current(NOW).entries == {}
+        store, problem = book.current(NOW)
+        assert store is None and problem is not None and "fix or delete the ConfigMap" in problem
         assert not book.record(sample(0.97, "a/x"), NOW)
     assert maps.items[(OPERATOR_NS, CONFIGMAP_NAME)]["data"][CONFIGMAP_KEY] == data
     assert "fix or delete the ConfigMap" in caplog.text
@@ -131,10 +133,10 @@ def test_a_forged_entry_is_dropped_and_said_once(caplog: pytest.LogCaptureFixtur
     clock = [0.0]
     book = CalibrationBook(maps, OPERATOR_NS, ttl_seconds=60, clock=lambda: clock[0])
     with caplog.at_level(logging.WARNING):
-        store = book.current(NOW)
+        store, _ = book.current(NOW)
         clock[0] = 61
         book.current(NOW)
-    assert [s.deployment for s in store.entries[KEY]] == ["a/x"]
+    assert store is not None and [s.deployment for s in store.entries[KEY]] == ["a/x"]
     assert caplog.text.count("dropped: ratio must be") == 1 and caplog.text.count("in the future") == 1
 
 
@@ -147,12 +149,12 @@ def test_read_once_per_ttl_and_its_own_write_is_seen_at_once() -> None:
     assert maps.reads == 1
     book.record(sample(0.97, "a/x"), NOW)
     reads = maps.reads
-    assert [s.ratio for s in book.current(NOW).entries[KEY]] == [0.97] and maps.reads == reads
+    assert [s.ratio for s in book.current(NOW)[0].entries[KEY]] == [0.97] and maps.reads == reads
     maps.put(OPERATOR_NS, CONFIGMAP_NAME, {CONFIGMAP_KEY: json.dumps({"version": 1, "entries": []})})  # by hand
     clock[0] = 30
-    assert KEY in book.current(NOW).entries  # still the copy read within the TTL
+    assert KEY in book.current(NOW)[0].entries  # still the copy read within the TTL
     clock[0] = 61
-    assert book.current(NOW).entries == {}
+    assert book.current(NOW)[0].entries == {}
 
 
 # ---- through the reconcile ----------------------------------------------------------------------------------
@@ -188,7 +190,7 @@ def test_a_verified_deployment_calibrates_the_next_one_and_is_not_rolled_by_it()
     first.once()
     measured = first.status["verification"]
     assert measured["errorPercent"] < -1 and measured["actualTokens"] == round(predicted * 0.97)  # the real error
-    store = book.current(NOW).entries
+    store = book.current(NOW)[0].entries
     (key, samples), = store.items()
     assert (key.gpu_product, key.family) == ("H100-80GB", "qwen3")
     assert [s.deployment for s in samples] == [f"{NAMESPACE}/first"] and abs(samples[0].ratio - 0.97) < 0.001
@@ -196,7 +198,7 @@ def test_a_verified_deployment_calibrates_the_next_one_and_is_not_rolled_by_it()
     second = Run(H100_QWEN, calibration=book, name="second", uid="uid-second", cluster=FakeCluster())
     second.once()
     pin = second.status["kvCalibration"]
-    assert abs(pin["ratio"] - 0.97) < 0.001 and pin["deployments"] == 1 and pin["generation"] == 1
+    assert abs(pin["ratio"] - 0.97) < 0.001 and pin["deployments"] == 1 and pin["specHash"]
     assert "KV calibrated \u2212" in pin["message"] and "from 1 deployment on H100-80GB" in pin["message"]
     assert any(r.startswith("kvCalibration") and pin["message"] in r for r in second.status["plan"]["reasons"])
     calibrated = second.status["plan"]["memory"]["kvCacheTokens"]
@@ -208,16 +210,19 @@ def test_a_verified_deployment_calibrates_the_next_one_and_is_not_rolled_by_it()
     verified = second.status["verification"]
     assert verified["verified"] is True and verified["calibration"] == pin["message"]
     # its own sample is against the uncalibrated prediction: still 0.97, not 0.97 x 0.97
-    ratios = {s.deployment: s.ratio for s in book.current(NOW).entries[key]}
+    ratios = {s.deployment: s.ratio for s in book.current(NOW)[0].entries[key]}
     assert abs(ratios[f"{NAMESPACE}/second"] - 0.97) < 0.001, ratios
 
-    # the first deployment keeps the calibration its generation was planned with (none): nothing rolls
+    # the first deployment keeps the calibration its spec was planned with (none): nothing rolls, nor on a scale
     first.once()
     assert "ratio" not in first.status["kvCalibration"] and deployment_args(first) == args_before
-    # a spec change is a new generation: it takes the store as it is now
-    first.generation, first.spec = 2, {**H100_QWEN, "serving": {**H100_QWEN["serving"], "expectedConcurrency": 4}}
+    first.generation, first.spec = 2, {**H100_QWEN, "replicas": 2}
     first.once()
-    assert first.status["kvCalibration"]["generation"] == 2 and first.status["kvCalibration"]["deployments"] == 2
+    assert "ratio" not in first.status["kvCalibration"] and deployment_args(first) == args_before
+    # a spec change takes the store as it is now
+    first.generation, first.spec = 3, {**H100_QWEN, "serving": {**H100_QWEN["serving"], "expectedConcurrency": 4}}
+    first.once()
+    assert first.status["kvCalibration"]["deployments"] == 2 and deployment_args(first) != args_before
 
 
 def test_without_a_store_nothing_is_calibrated_and_nothing_fails() -> None:
@@ -244,7 +249,8 @@ def test_a_malformed_pin_is_chosen_again() -> None:
     run.status["kvCalibration"] = {"generation": 1, "gpuProduct": "H100-80GB", "vllmVersion": "0.33.0",
                                    "family": "qwen3", "ratio": 40, "message": "forged"}
     run.once()
-    assert run.status["kvCalibration"]["message"] != "forged" and "ratio" not in run.status["kvCalibration"]
+    assert run.status["kvCalibration"]["message"] == "not calibrated: the operator keeps no calibration store"
+    assert "ratio" not in run.status["kvCalibration"]
 
 
 def test_pods_of_another_release_calibrate_nothing_and_are_said() -> None:
@@ -260,4 +266,67 @@ def test_pods_of_another_release_calibrate_nothing_and_are_said() -> None:
     assert "the pods run vLLM 0.32.0 but the plan was made for vLLM 0.33.0" in run.condition("PlanVerified")[
         "message"]
     assert ("Warning", "VLLMVersionMismatch") in [e[:2] for e in out.events]
-    assert book.current(NOW).entries == {} and book.writes == 0
+    assert book.current(NOW)[0].entries == {} and book.writes == 0
+
+
+def test_a_failed_read_keeps_the_last_store_and_is_tried_again_sooner() -> None:
+    class Flaky(ConfigMaps):
+        down = False
+
+        def read_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+            if self.down:
+                raise RuntimeError("(503) the API server is unavailable")
+            return super().read_config_map(namespace, name)
+
+    maps = Flaky()
+    clock = [0.0]
+    book = CalibrationBook(maps, OPERATOR_NS, ttl_seconds=60, clock=lambda: clock[0])
+    maps.down = True
+    assert book.current(NOW) == (None, "(503) the API server is unavailable")  # never read: said why
+    maps.down = False
+    clock[0] = 11  # retried after 10 s, not 60
+    book.record(sample(0.97, "a/x"), NOW)
+    maps.down, clock[0] = True, 80
+    store, problem = book.current(NOW)
+    assert problem is None and store is not None and KEY in store.entries  # the last store read, not an empty one
+
+
+def test_the_same_figures_again_are_not_written_again() -> None:
+    maps = ConfigMaps()
+    book = CalibrationBook(maps, OPERATOR_NS)
+    assert book.record(sample(0.97, "a/x"), NOW)
+    assert not book.record(sample(0.97, "a/x", age=-timedelta(minutes=5)), NOW + timedelta(minutes=5))
+    assert book.writes == 1 and maps.version == 1
+
+
+def test_labels_and_annotations_others_put_on_the_configmap_are_kept() -> None:
+    maps = ConfigMaps()
+    book = CalibrationBook(maps, OPERATOR_NS)
+    book.record(sample(0.97, "a/x"), NOW)
+    maps.items[(OPERATOR_NS, CONFIGMAP_NAME)]["metadata"].update(
+        labels={"team": "ml", "app.kubernetes.io/managed-by": "llm-autopilot"}, annotations={"argocd": "x"})
+    book.record(sample(0.96, "b/y"), NOW)
+    meta = maps.items[(OPERATOR_NS, CONFIGMAP_NAME)]["metadata"]
+    assert meta["labels"]["team"] == "ml" and meta["annotations"] == {"argocd": "x"}
+
+
+def test_every_pool_a_spec_is_planned_on_keeps_its_choice() -> None:
+    """Two GPU pools: the calibration of each is fixed with the spec, so the next pass plans the same pool."""
+    book = CalibrationBook(ConfigMaps(), OPERATOR_NS)
+    book.record(SampleToRecord(CalibrationKey("L4", "0.33.0", "qwen3"), Sample(0.5, NOW, "a/x")), NOW)
+    spec = {"model": {"name": "Qwen/Qwen3-8B"}, "serving": {"maxModelLen": 16384, "minMaxModelLen": 12288}}
+    run = Run(spec, calibration=book)
+    run.once()
+    first = (run.status["plan"]["summary"], deployment_args(run))
+    pin = run.status["kvCalibration"]
+    assert {c["gpuProduct"] for c in pin["candidates"]} >= {"H100-80GB", "L4"}, pin
+    for _ in range(2):
+        run.once()
+        assert (run.status["plan"]["summary"], deployment_args(run)) == first
+        assert run.status["kvCalibration"] == pin and run.last is not None and "kvCalibration" not in run.last.status
+
+
+def test_a_key_too_long_to_keep_is_not_calibrated_and_the_reconcile_goes_on() -> None:
+    long = CalibrationKey("H100-80GB", "0.33.0", "x" * 300)
+    found = Calibrations.of({}, {}, None, NOW).pin_for(long, None)  # type: ignore[arg-type]
+    assert found.ratio is None and "too long" in found.message and len(found.family) == 253

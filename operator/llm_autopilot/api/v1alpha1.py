@@ -1113,11 +1113,9 @@ class VerificationStatus(StatusModel):
         return cls.of(worst, calibration=calibration, plan_hash=plan_hash, pods=pods)
 
 
-class KVCalibrationStatus(StatusModel):
-    """The KV calibration this spec generation plans with, fixed when the generation is first planned
-    (desired/calibration.py): a sample another deployment adds later never rolls this one."""
+class KVCalibrationChoice(StatusModel):
+    """The KV calibration one calibration key (GPU product, vLLM version, family) plans with."""
 
-    generation: int = Field(ge=0, description="The spec generation it was chosen for.")
     gpu_product: str = Field(max_length=253, description="The GPU product of the calibration key.")
     vllm_version: str = Field(max_length=64, description="The vLLM version of the calibration key.")
     family: str = Field(max_length=253, description="The architecture family (config.json model_type).")
@@ -1125,6 +1123,16 @@ class KVCalibrationStatus(StatusModel):
                                                                    "(capped); none: not calibrated.")
     deployments: int = Field(0, ge=0, le=100000, description="How many deployments' samples it came from.")
     message: str = Field(max_length=400, description="What was applied, or why nothing was.")
+
+
+class KVCalibrationStatus(KVCalibrationChoice):
+    """The KV calibration the spec plans with (the top-level fields: the plan in force's GPU), fixed when the spec
+    is first planned (desired/calibration.py): a sample another deployment adds later, or a change of replicas,
+    never rolls this one."""
+
+    spec_hash: str = Field(max_length=64, description="The spec (without replicas) it was chosen for.")
+    candidates: tuple[KVCalibrationChoice, ...] = Field(
+        default=(), max_length=16, description="The choice for every GPU the spec was planned on (its pools).")
 
 
 LoRAUpdates = Literal["Runtime", "Rollout"]

@@ -3,7 +3,7 @@ namespace, under ``calibration.json`` (planner/calibration.py's format). Shell: 
 holds is judged by planner/calibration.py, what a reconcile takes from it by desired/calibration.py.
 
 - Read at most once per :data:`READ_TTL_SECONDS` for all reconciles (an edit by hand is seen within that), and
-  right after the operator's own writes.
+  right after the operator's own writes; a read that fails keeps the last store read.
 - Written with the resourceVersion it was read at, so two writers never lose each other's samples: a conflict
   reads again and adds the sample again.
 - The ConfigMap is input anyone with write access to it could forge: every entry is checked when read, and what
@@ -18,7 +18,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from llm_autopilot.controller.kube import WriteConflict
@@ -35,7 +36,12 @@ from llm_autopilot.planner.calibration import (
 logger = logging.getLogger(__name__)
 
 CONFIGMAP_NAME = "llm-autopilot-calibration"
+LABELS = {"app.kubernetes.io/managed-by": "llm-autopilot"}
 READ_TTL_SECONDS = 60.0
+#: a read that failed is tried again this soon
+RETRY_SECONDS = 10.0
+#: the same deployment's same ratio within this is not written again
+SAME_SAMPLE_FOR = timedelta(days=1)
 #: writes tried per sample before it waits for the next verification
 WRITE_ATTEMPTS = 3
 
@@ -45,8 +51,8 @@ class ConfigMaps(Protocol):
         """The ConfigMap as a dict (None: there is none)."""
         ...
 
-    def write_config_map(self, namespace: str, name: str, data: dict[str, str], *,
-                         resource_version: str | None, labels: dict[str, str]) -> None:
+    def write_config_map(self, namespace: str, name: str, data: dict[str, str], *, resource_version: str | None,
+                         labels: dict[str, str], annotations: dict[str, str]) -> None:
         """Create it (``resource_version`` None) or replace it at that resourceVersion; raises WriteConflict."""
         ...
 
@@ -55,8 +61,18 @@ class Unreadable(RuntimeError):
     """The store as a whole cannot be read: not written over."""
 
 
+@dataclass(frozen=True)
+class _Read:
+    store: CalibrationStore
+    #: the ConfigMap's resourceVersion, labels and annotations (kept when it is replaced); None: there is none
+    version: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
 class CalibrationBook:
-    """The operator's view of the store, shared by every reconcile of the process."""
+    """The operator's view of the store, shared by every reconcile of the process (Kopf's threads): the API is
+    called outside the lock, which only guards the copy kept."""
 
     def __init__(self, maps: ConfigMaps, namespace: str, *, ttl_seconds: float = READ_TTL_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -65,40 +81,53 @@ class CalibrationBook:
         self.ttl = ttl_seconds
         self.clock = clock
         self._lock = threading.Lock()
-        self._store = CalibrationStore()
-        self._read_at: float | None = None
+        self._writing = threading.Lock()
+        #: the last store read (None: none read yet) and when it is due again
+        self._store: CalibrationStore | None = None
+        self._due: float | None = None
+        self._problem: str | None = None
         self._said: set[str] = set()
         self.writes = 0
 
-    def current(self, now: datetime) -> CalibrationStore:
-        """The store, read again when the last read is older than the TTL (an unreadable one: empty)."""
+    def current(self, now: datetime) -> tuple[CalibrationStore | None, str | None]:
+        """The store (read again once the TTL has passed), and why it cannot be read while no read has worked:
+        a read that fails keeps the last store read and is tried again sooner."""
         with self._lock:
-            if self._read_at is None or self.clock() - self._read_at >= self.ttl:
-                try:
-                    self._store, _ = self._read(now)
-                except Exception as exc:  # a store that cannot be read calibrates nothing; reconciles go on
-                    self._say(f"calibration store {self.namespace}/{CONFIGMAP_NAME} not used: {exc}")
-                    self._store = CalibrationStore()
-                self._read_at = self.clock()
-            return self._store
+            if self._due is not None and self.clock() < self._due:
+                return self._store, self._problem
+        try:
+            read = self._read(now)
+        except Exception as exc:  # a store that cannot be read calibrates nothing new; reconciles go on
+            problem = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+            self._say(f"calibration store {self.namespace}/{CONFIGMAP_NAME} not read: {problem}")
+            with self._lock:
+                self._due = self.clock() + min(self.ttl, RETRY_SECONDS)
+                self._problem = None if self._store is not None else problem
+                return self._store, self._problem
+        with self._lock:
+            self._store, self._problem, self._due = read.store, None, self.clock() + self.ttl
+            return self._store, None
 
     def record(self, asked: SampleToRecord, now: datetime) -> bool:
         """Add one deployment's sample (replacing its earlier one); whether it was written."""
-        with self._lock:
+        with self._writing:  # one writer per process; other processes are met by the resourceVersion
             for _ in range(WRITE_ATTEMPTS):
                 try:
-                    store, version = self._read(now)
+                    read = self._read(now)
                 except Exception as exc:
                     self._say(f"calibration sample of {asked.sample.deployment} not kept: {exc}")
                     return False
-                updated = record(store, asked.key, asked.sample, now)
-                if updated == store:  # a broken measurement (planner/calibration.py's bounds): nothing to keep
-                    self._store, self._read_at = store, self.clock()
+                if _already(read.store, asked, now):  # the same figures again (a pod read again): no write
+                    self._keep(read.store)
+                    return False
+                updated = record(read.store, asked.key, asked.sample, now)
+                if updated == read.store:  # a broken measurement (planner/calibration.py's bounds)
+                    self._keep(read.store)
                     return False
                 data = {CONFIGMAP_KEY: json.dumps(store_to_json(updated), indent=1, sort_keys=True)}
                 try:
-                    self.maps.write_config_map(self.namespace, CONFIGMAP_NAME, data, resource_version=version,
-                                               labels={"app.kubernetes.io/managed-by": "llm-autopilot"})
+                    self.maps.write_config_map(self.namespace, CONFIGMAP_NAME, data, resource_version=read.version,
+                                               labels={**read.labels, **LABELS}, annotations=read.annotations)
                 except WriteConflict:
                     continue  # another writer came first: read its samples and add this one again
                 except Exception as exc:  # RBAC, a missing namespace: said once, the reconcile goes on
@@ -106,20 +135,26 @@ class CalibrationBook:
                               f"{self.namespace}/{CONFIGMAP_NAME}: {str(exc).splitlines()[0][:300]}")
                     return False
                 self.writes += 1
-                self._store, self._read_at = updated, self.clock()
+                self._keep(updated)
                 return True
             self._say(f"calibration sample of {asked.sample.deployment} not kept: the ConfigMap kept changing "
                       f"({WRITE_ATTEMPTS} conflicts); it is added again at the next verification")
             return False
 
-    def _read(self, now: datetime) -> tuple[CalibrationStore, str | None]:
+    def _keep(self, store: CalibrationStore) -> None:
+        with self._lock:
+            self._store, self._problem, self._due = store, None, self.clock() + self.ttl
+
+    def _read(self, now: datetime) -> _Read:
         found = self.maps.read_config_map(self.namespace, CONFIGMAP_NAME)
         if found is None:
-            return CalibrationStore(), None
-        version = (found.get("metadata") or {}).get("resourceVersion") or None
+            return _Read(CalibrationStore())
+        meta = found.get("metadata") or {}
+        kept = _Read(CalibrationStore(), meta.get("resourceVersion") or None, dict(meta.get("labels") or {}),
+                     dict(meta.get("annotations") or {}))
         text = (found.get("data") or {}).get(CONFIGMAP_KEY)
         if text is None:
-            return CalibrationStore(), version
+            return kept
         try:
             store, problems = parse_store(json.loads(text), now)
         except json.JSONDecodeError as exc:
@@ -128,11 +163,19 @@ class CalibrationBook:
             raise Unreadable(f"{exc}; fix or delete the ConfigMap") from None
         for problem in problems:
             self._say(f"calibration store {self.namespace}/{CONFIGMAP_NAME}: {problem}")
-        return store, version
+        return _Read(store, kept.version, kept.labels, kept.annotations)
 
     def _say(self, message: str) -> None:
-        if message not in self._said:  # once per message: a forged entry is not logged on every read
+        with self._lock:
+            if message in self._said:  # once per message: a forged entry is not logged on every read
+                return
             if len(self._said) >= 1000:
                 self._said.clear()
             self._said.add(message)
-            logger.warning("%s", message)
+        logger.warning("%s", message)
+
+
+def _already(store: CalibrationStore, asked: SampleToRecord, now: datetime) -> bool:
+    """Whether the store holds this deployment's sample with the same ratio, taken less than a day ago."""
+    return any(s.deployment == asked.sample.deployment and abs(s.ratio - asked.sample.ratio) < 1e-6
+               and now - s.time < SAME_SAMPLE_FOR for s in store.entries.get(asked.key, ()))

@@ -13,8 +13,10 @@ the evidence falls back to the termination message and says so.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import httpx
@@ -113,6 +115,8 @@ class Gatherer:
         self.pods = pods
         #: a pod IP -> the version its vLLM reports (None: the pods' versions are not asked)
         self.versions = versions
+        self._known_versions: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._versions_lock = threading.Lock()
         #: Prometheus for vLLM's info metrics: cache_config_info (verification; None: the pods' logs only) and
         #: lora_requests_info (a KV saturation's LoRA adapters; None: the evidence says nothing of them)
         self.labels = labels
@@ -180,10 +184,38 @@ class Gatherer:
         readings = self._kv_figures(namespace, pods)
         if self.versions is None or instance is None:
             return readings
-        addresses = {str(p["metadata"]["name"]): str((p.get("status") or {}).get("podIP") or "")
-                     for p in self.pods.pods(namespace, f"app.kubernetes.io/instance={instance}")}
-        return tuple(dataclasses.replace(r, vllm_version=self.versions(addresses[r.pod]))
-                     if addresses.get(r.pod) else r for r in readings)
+        try:
+            listed = self.pods.pods(namespace, f"app.kubernetes.io/instance={instance}")
+        except Exception:  # best effort: the versions are then not known
+            return readings
+        addresses = {str(p["metadata"]["name"]): (str((p.get("metadata") or {}).get("uid") or ""),
+                                                  str((p.get("status") or {}).get("podIP") or "")) for p in listed}
+        asked = [addresses[r.pod] for r in readings if addresses.get(r.pod, ("", ""))[1]]
+        versions = self._versions_of(asked)
+        return tuple(dataclasses.replace(r, vllm_version=versions.get(addresses[r.pod]))
+                     if r.pod in addresses else r for r in readings)
+
+    def _versions_of(self, pods: list[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
+        """The vLLM version of each (uid, IP): a pod's is asked once (it cannot change while the pod lives),
+        the others in parallel, within :data:`VERSION_SECONDS` each."""
+        assert self.versions is not None
+        ask = self.versions
+        with self._versions_lock:
+            found: dict[tuple[str, str], str | None] = {
+                p: self._known_versions[p] for p in pods if p in self._known_versions}
+        new = [p for p in pods if p not in found]
+        if not new:
+            return found
+        with ThreadPoolExecutor(max_workers=min(8, len(new)), thread_name_prefix="vllm-version") as pool:
+            answers = list(pool.map(lambda pod: ask(pod[1]), new))
+        with self._versions_lock:
+            for pod, version in zip(new, answers, strict=True):
+                found[pod] = version
+                if version is not None:
+                    self._known_versions[pod] = version
+            while len(self._known_versions) > REMEMBERED_VERSIONS:
+                self._known_versions.popitem(last=False)
+        return found
 
     def _kv_figures(self, namespace: str, pods: tuple[str, ...]) -> tuple[PodReading, ...]:
         found: dict[str, dict[str, str]] = {}
@@ -249,19 +281,21 @@ def _blocks(labels: dict[str, str]) -> int:
 
 # ---- the World -------------------------------------------------------------------------------------------
 
-#: how long the operator waits for a pod's /version (best effort: a pod that does not answer says nothing)
+#: how long the operator waits for a pod's /version in all (best effort: a pod that does not answer says nothing)
 VERSION_SECONDS = 2.0
+#: pods whose vLLM version is remembered (by uid and IP)
+REMEMBERED_VERSIONS = 4096
 
 
 def read_vllm_version(address: str, *, transport: httpx.BaseTransport | None = None) -> str | None:
     """The version the vLLM at ``address`` reports on its /version (None: it did not say). Never raises."""
     host = f"[{address}]" if ":" in address else address
-    try:
-        with httpx.Client(transport=transport, timeout=VERSION_SECONDS) as client:
+    try:  # straight to the pod: no proxy from the environment
+        with httpx.Client(transport=transport, timeout=httpx.Timeout(VERSION_SECONDS / 2), trust_env=False) as client:
             response = client.get(f"http://{host}:{VLLM_PORT}/version")
         response.raise_for_status()
         found = response.json().get("version")
-    except (httpx.HTTPError, ValueError, AttributeError):
+    except Exception:  # best effort: whatever fails, the pod did not say
         return None
     return found[:64] if isinstance(found, str) and found else None
 

@@ -96,7 +96,8 @@ def calibration_book() -> CalibrationBook | None:
     if SETTINGS.calibration_namespace is None:
         return None
     if "calibration" not in _state:
-        _state["calibration"] = CalibrationBook(kube(), SETTINGS.calibration_namespace)
+        _state["calibration"] = CalibrationBook(kube(), SETTINGS.calibration_namespace,
+                                                ttl_seconds=SETTINGS.calibration_read_seconds)
     book: CalibrationBook = _state["calibration"]
     return book
 

@@ -61,6 +61,10 @@ class NodeGPUs:
     allocatable_memory_gib: float = 0.0
 
 
+#: the calibration store's reads and writes wait no longer than this (a reconcile waits on the read)
+CONFIG_MAP_SECONDS = 10
+
+
 class WriteConflict(RuntimeError):
     """The object changed since it was read (409), or was created meanwhile: nothing was written."""
 
@@ -201,7 +205,7 @@ class Kube:
 
     def read_config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
-            found = self.core.read_namespaced_config_map(name, namespace)
+            found = self.core.read_namespaced_config_map(name, namespace, _request_timeout=CONFIG_MAP_SECONDS)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -209,17 +213,18 @@ class Kube:
         result: dict[str, Any] = self.api.sanitize_for_serialization(found)
         return result
 
-    def write_config_map(self, namespace: str, name: str, data: dict[str, str], *,
-                         resource_version: str | None, labels: dict[str, str]) -> None:
+    def write_config_map(self, namespace: str, name: str, data: dict[str, str], *, resource_version: str | None,
+                         labels: dict[str, str], annotations: dict[str, str]) -> None:
         """Create the ConfigMap (no ``resource_version``) or replace it at that version; WriteConflict when it
         changed (or appeared) since it was read."""
         body = client.V1ConfigMap(api_version="v1", kind="ConfigMap", data=data, metadata=client.V1ObjectMeta(
-            name=name, namespace=namespace, labels=labels, resource_version=resource_version))
+            name=name, namespace=namespace, labels=labels, annotations=annotations or None,
+            resource_version=resource_version))
         try:
             if resource_version is None:
-                self.core.create_namespaced_config_map(namespace, body)
+                self.core.create_namespaced_config_map(namespace, body, _request_timeout=CONFIG_MAP_SECONDS)
             else:
-                self.core.replace_namespaced_config_map(name, namespace, body)
+                self.core.replace_namespaced_config_map(name, namespace, body, _request_timeout=CONFIG_MAP_SECONDS)
         except ApiException as exc:
             if exc.status == 409:
                 raise WriteConflict(api_message(exc)) from exc

@@ -289,9 +289,10 @@ class Reconciler:
         except ModelResolutionError as exc:
             return dataclasses.replace(base, model=Unresolved("ModelUnresolved", str(exc), retry=True),
                                        source=source)
+        store, unreadable = self.calibration.current(self.now) if self.calibration else (None, None)
         return dataclasses.replace(world, owner=self.owner, generation=self.generation, operator=self.settings,
                                    source=source or world.source,  # world.source: an s3:// source's reading
-                                   calibration=self.calibration.current(self.now) if self.calibration else None)
+                                   calibration=store, calibration_unreadable=unreadable)
 
     def settle(self, spec_body: dict[str, Any], world: World) -> tuple[Intent, World]:
         """desired() on the World, reading what it asks for until it decides."""

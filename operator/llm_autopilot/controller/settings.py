@@ -91,6 +91,8 @@ class OperatorSettings:
     peering_lifetime_seconds: int = 60
     #: where the KV calibration store (ConfigMap llm-autopilot-calibration) is kept; None: no store
     calibration_namespace: str | None = None
+    #: how often the store is read again (an edit by hand is seen within this)
+    calibration_read_seconds: float = 60.0
 
     @property
     def prometheus_round_seconds(self) -> float:
@@ -138,6 +140,8 @@ class OperatorSettings:
             peering_lifetime_seconds=int(e.get("LLM_AUTOPILOT_PEERING_LIFETIME_SECONDS",
                                                defaults.peering_lifetime_seconds)),
             calibration_namespace=_calibration_namespace(e.get("LLM_AUTOPILOT_CALIBRATION_NAMESPACE", "")),
+            calibration_read_seconds=_number(e, "LLM_AUTOPILOT_CALIBRATION_READ_SECONDS",
+                                             defaults.calibration_read_seconds, minimum=1),
         )
 
 

@@ -480,7 +480,8 @@ class _Pass:
         self.report_source(world.source)
         if isinstance(world.model, Unresolved):
             return self.fail(world.model.reason, world.model.message, retry=world.model.retry)
-        calibrations = Calibrations.of(self.status, world.calibration, self.generation, self.now)
+        calibrations = Calibrations.of(spec_body, self.status, world.calibration, self.now,
+                                       world.calibration_unreadable)
         try:
             ctx = context_of(spec, world, self.settings, calibrations)
         except UnknownGPUError as exc:

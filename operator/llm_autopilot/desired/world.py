@@ -158,8 +158,10 @@ class World:
     evidence: Evidence | None = None
     verification: VerificationReading | None = None
     applied: Applied | None = None
-    #: the KV calibration store as the operator last read it (None: it keeps none)
+    #: the KV calibration store as the operator last read it (None: it keeps none, or could not read it yet:
+    #: then ``calibration_unreadable`` says why)
     calibration: CalibrationStore | None = None
+    calibration_unreadable: str | None = None
 
     def node_pairs(self) -> Iterable[tuple[Mapping[str, str], int]]:
         """(labels, allocatable GPUs) per node: what the pool computation reads."""

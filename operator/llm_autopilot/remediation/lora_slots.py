@@ -78,7 +78,7 @@ def read_activity(labels: Mapping[str, str]) -> LoRAActivity:
     return LoRAActivity(pod=clean_line(labels.get("pod", ""), ADAPTER_NAME_LIMIT),
                         running=_names(labels.get(LORA_RUNNING_LABEL, "")),
                         waiting=_names(labels.get(LORA_WAITING_LABEL, "")),
-                        max_loras=int(slots) if slots.isdigit() else None)
+                        max_loras=int(slots) if slots.isascii() and slots.isdigit() else None)
 
 
 def _listed(names: tuple[str, ...]) -> str:
