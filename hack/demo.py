@@ -147,7 +147,7 @@ def calibration(kubectl: Any, get: Any) -> None:
 
     def apply(name: str, replicas: int) -> None:
         spec = {**example["spec"], "replicas": replicas, "serving": {"maxModelLen": 2048},
-                "vllm": {**example["spec"]["vllm"], "gpuMemoryUtilization": 0.35}}  # a small room, a small cache
+                "vllm": {**example["spec"]["vllm"], "gpuMemoryUtilization": 0.6}}  # a small room, a small cache
         body = {**example, "metadata": {"name": name, "namespace": dev.NAMESPACE}, "spec": spec}
         with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
             json.dump(body, f)

@@ -141,11 +141,16 @@ def test_a_second_deployment_plans_with_the_kv_room_the_first_one_measured(
     block = 128  # the CPU build's tokens per block; the tiny model's KV cache is 512 bytes a token
     # a small planned room (a small CPU KV cache here), and a length that is whole blocks: vLLM's printed tokens
     # are its blocks x 128 then
-    small = {"vllm": {"gpuMemoryUtilization": 0.35}, "serving": {"maxModelLen": 2048}}
+    small = {"vllm": {"gpuMemoryUtilization": 0.6}, "serving": {"maxModelLen": 2048}}
     with operator_for(kubectl, namespace, tmp_path, calibration=True):
         apply(kubectl, namespace, tiny("first", replicas=0, **small))
-        plan = wait_for("the first deployment's plan", lambda: llmd(kubectl, namespace, "first").get(
-            "status", {}).get("plan"), timeout=60)
+        def planned() -> dict[str, Any]:
+            status = llmd(kubectl, namespace, "first").get("status", {})
+            if not status.get("plan"):
+                raise AssertionError(f"not planned yet: {status.get('conditions')}")
+            return dict(status["plan"])
+
+        plan = wait_for("the first deployment's plan", planned, timeout=120)
         predicted = plan["memory"]["kvCacheTokens"]
         # vLLM has 6 % less room than the plan counts; half a block over a block boundary, so that the ratio's
         # rounding (6 decimals in the store) cannot cross one
