@@ -128,7 +128,7 @@ class Calibrations:
         found = self.lookup(key)
         if isinstance(found, KVCalibration):
             if estimate is not None:
-                message = found.reason(estimate.kv_cache_bytes - estimate.kv_calibration_bytes, estimate.total_bytes)
+                message = found.reason(estimate.uncalibrated_kv_bytes, estimate.total_bytes)
             else:
                 message = (f"KV calibrated x{found.ratio:.4f} from {found.deployments} deployment(s) on "
                            f"{key.gpu_product} with vLLM {key.vllm_version}")
@@ -163,7 +163,7 @@ def sample_of(key: CalibrationKey, results: tuple[tuple[str, Verification], ...]
               deployment: str, now: datetime) -> SampleToRecord | None:
     """One sample per deployment: the median pod's measured / uncalibrated-predicted KV memory (None: nothing
     read, or no KV room predicted)."""
-    uncalibrated = estimate.kv_cache_bytes - estimate.kv_calibration_bytes
+    uncalibrated = estimate.uncalibrated_kv_bytes
     if not results or uncalibrated <= 0:
         return None
     ratios = sorted(v.actual_kv_bytes / uncalibrated for _, v in results)

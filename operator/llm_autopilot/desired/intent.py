@@ -27,7 +27,13 @@ from llm_autopilot.api import convert
 from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, set_condition
 from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.lora import lora_refusal, pinned_adapters
-from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, PlanStatus, VerificationStatus
+from llm_autopilot.api.v1alpha1 import (
+    CacheStatus,
+    KVCalibrationStatus,
+    LLMDeploymentSpec,
+    PlanStatus,
+    VerificationStatus,
+)
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
 from llm_autopilot.desired import lora_sync
 from llm_autopilot.desired.calibration import Calibrations, SampleToRecord, sample_of
@@ -89,8 +95,6 @@ class Context:
     #: the model cache's PVC (spec.model.cache) and whether its download is complete
     cache_claim: str | None = None
     cache_complete: bool = True
-    #: the KV calibration each GPU's plans take (none: uncalibrated)
-    calibrations: Calibrations | None = None
 
     def memory_of(self, pool: GPUPool | None) -> float:
         """The memory bound of a pool's nodes (0: no node of it is known); remediation's memory limit never
@@ -127,7 +131,7 @@ def context_of(spec: LLMDeploymentSpec, world: World, settings: OperatorDefaults
                        if calibrations is not None else None)
         return PlanRequest(model, pool.gpu, behaviour, targets, kv_calibration=calibration)
 
-    return Context(spec, request_for, pools, memory, floor, pool_memory, calibrations=calibrations)
+    return Context(spec, request_for, pools, memory, floor, pool_memory)
 
 
 def limits(ctx: Context, node_memory_gib: float | None = None) -> Limits:
@@ -526,9 +530,10 @@ class _Pass:
         if world.applied is not None:  # written: the workload as it is now
             view = world.applied.view
         self.report_plan(final, ctx, view)
-        self.report_calibration(final, calibrations)
+        pin = self.report_calibration(final, calibrations)
         self.note_inputs(ctx, final, world.evidence)
-        self.report_verification(final, ctx.spec.verification.tolerance_percent, calibrations)
+        self.report_verification(final, ctx.spec.verification.tolerance_percent,
+                                 pin.message if pin.ratio is not None else None)
         self.out.lora = LoRAAsk(ctx.spec, final.plan.config)  # without LoRA, status.lora goes (no pod is called)
         self.report_cache()
         return self.finish()
@@ -591,17 +596,19 @@ class _Pass:
             last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
             kv_window=policy.kv_saturation_window_seconds, lora=ctx.spec.lora is not None)))
 
-    def report_calibration(self, r: Rendered, calibrations: Calibrations) -> None:
-        """status.kvCalibration: the calibration this generation plans with (chosen once per generation)."""
+    def report_calibration(self, r: Rendered, calibrations: Calibrations) -> KVCalibrationStatus:
+        """status.kvCalibration: the calibrations this spec plans with (chosen once per spec, replicas aside)."""
         pin = calibrations.pin_for(_calibration_key(r), r.plan.estimate)
         value = pin.model_dump(by_alias=True, exclude_none=True, mode="json")
         if _changed(self.status, "kvCalibration", value):
             old = self.status.get("kvCalibration")  # a merge patch: the fields it no longer has go as nulls
             self.out.status["kvCalibration"] = {**dict.fromkeys(old), **value} if isinstance(old, dict) else value
+        return pin
 
-    def report_verification(self, r: Rendered, tolerance: float, calibrations: Calibrations) -> None:
+    def report_verification(self, r: Rendered, tolerance: float, calibration: str | None) -> None:
         """status.verification and PlanVerified: the plan's Ready pods read once per plan (asked for, then
-        judged by planner/verify.py); what they read is also a calibration sample."""
+        judged by planner/verify.py); what they read is also a calibration sample. ``calibration``: what the
+        plan applied (None: none)."""
         known = known_verification(self.status.get("verification"), tolerance)
         seen = self.world.verification
         if seen is None or seen.plan_hash != r.plan_hash:
@@ -610,14 +617,9 @@ class _Pass:
                                  vllm_version=str(r.plan.config.vllm.version), now=self.now,
                                  tolerance_percent=tolerance)
         if not decision.keep:
-            key = _calibration_key(r)
-            applied = calibrations.applied(key)
-            found = VerificationStatus.of_pods(
-                decision.results, plan_hash=r.plan_hash,
-                calibration=applied.reason(r.plan.estimate.kv_cache_bytes - r.plan.estimate.kv_calibration_bytes,
-                                           r.plan.estimate.total_bytes)[:400] if applied is not None else None)
+            found = VerificationStatus.of_pods(decision.results, plan_hash=r.plan_hash, calibration=calibration)
             # a pod of another release measured another engine than the key's: it calibrates nothing
-            self.out.calibration_sample = sample_of(key, decision.results, r.plan.estimate,
+            self.out.calibration_sample = sample_of(_calibration_key(r), decision.results, r.plan.estimate,
                                                     f"{self.owner.namespace}/{self.owner.name}",
                                                     self.now) if decision.mismatch is None else None
             value = found.model_dump(by_alias=True, exclude_none=True, mode="json") if found else None

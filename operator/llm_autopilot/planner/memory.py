@@ -82,6 +82,11 @@ class MemoryEstimate:
     def fits(self) -> bool:
         return not self.problems
 
+    @property
+    def uncalibrated_kv_bytes(self) -> float:
+        """The KV room the arithmetic alone gives, before any calibration moved it."""
+        return self.kv_cache_bytes - self.kv_calibration_bytes
+
     def gib(self, value: float) -> float:
         return round(value / GIB, 2)
 

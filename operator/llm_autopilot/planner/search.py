@@ -412,9 +412,8 @@ def _reasons(req: PlanRequest, c: _Candidate) -> list[Reason]:
                               "slower. Allow more GPUs or a quantization to serve at full speed"))
     reasons.append(_length_reason(req, c))
     if req.kv_calibration is not None:
-        room = est.kv_cache_bytes - est.kv_calibration_bytes
         reasons.append(Reason("kvCalibration", f"{req.kv_calibration.ratio:.4f}",
-                              req.kv_calibration.reason(room, est.total_bytes)))
+                              req.kv_calibration.reason(est.uncalibrated_kv_bytes, est.total_bytes)))
     pinned = t.gpu_memory_utilization is not None
     reasons.append(Reason("gpuMemoryUtilization", f"{cfg.gpu_memory_utilization:g}",
                           "set in the spec" if pinned else f"vLLM {req.vllm.version}'s default"))
