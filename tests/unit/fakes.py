@@ -205,6 +205,22 @@ def saturated(usage: float = 0.97, preemptions: float = 12.0, waiting: float = 8
     return answer
 
 
+class FakeLabels:
+    """The label reader (PrometheusClient.series) in memory: ``answer`` for every query, or raised."""
+
+    where = "Prometheus at test"
+
+    def __init__(self, answer: list[dict[str, str]] | Exception) -> None:
+        self.answer = answer
+        self.queries: list[str] = []
+
+    def series(self, query: str) -> list[dict[str, str]]:
+        self.queries.append(query)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
 @dataclass
 class Run:
     """Successive reconciles of one object, its status carried over as the API server would."""

@@ -14,6 +14,7 @@ from llm_autopilot.remediation.lora_slots import EVIDENCE_KEY, LoRAActivity, exp
 from llm_autopilot.render.kubernetes import PLAN_HASH
 from llm_autopilot.vllm.metrics import LORA_MAX_LABEL, LORA_REQUESTS_INFO, LORA_RUNNING_LABEL, LORA_WAITING_LABEL
 from tests.unit.fakes import NAMESPACE, FakeCluster, FakePrometheus, Run, saturated
+from tests.unit.fakes import FakeLabels as Labels
 
 SATURATION = Classification(Signal.KV_SATURATION, "KV cache usage averaged 97% over 300s",
                             evidence={"averageUsage": "0.970", "source": "prometheus"})
@@ -78,22 +79,6 @@ def test_the_slots_waited_for() -> None:
 
 
 # ---- the gatherer ------------------------------------------------------------------------------------------
-
-class Labels:
-    """The label reader (PrometheusClient.series) in memory."""
-
-    where = "Prometheus at test"
-
-    def __init__(self, answer: list[dict[str, str]] | Exception) -> None:
-        self.answer = answer
-        self.queries: list[str] = []
-
-    def series(self, query: str) -> list[dict[str, str]]:
-        self.queries.append(query)
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
 
 def running(*pods: str, plan_hash: str = "h1") -> FakeCluster:
     return FakeCluster(pod_list=[{"metadata": {"name": p, "annotations": {PLAN_HASH: plan_hash}},

@@ -31,6 +31,7 @@ from llm_autopilot.planner.verify import (
 )
 from tests.conftest import DATA
 from tests.unit.fakes import NAMESPACE, FakeCluster, Run
+from tests.unit.fakes import FakeLabels as Labels
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 INFO = json.loads((DATA / "vllm_cache_config_info.json").read_text())["labels"]
@@ -118,20 +119,6 @@ def test_the_status_of_a_decision() -> None:
 
 
 # ---- the shell: what is read, from where ----------------------------------------------------------------
-
-class Labels:
-    where = "Prometheus at test"
-
-    def __init__(self, answer: list[dict[str, str]] | Exception) -> None:
-        self.answer = answer
-        self.queries: list[str] = []
-
-    def series(self, query: str) -> list[dict[str, str]]:
-        self.queries.append(query)
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return self.answer
-
 
 def pod(name: str, plan_hash: str, ready: bool = True) -> dict[str, Any]:
     return {"metadata": {"name": name, "annotations": {"llm-autopilot.io/plan-hash": plan_hash}},
