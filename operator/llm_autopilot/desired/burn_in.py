@@ -1,0 +1,127 @@
+"""The burn-in before traffic: which bounded load a new pod is given, and what its measurement means. Pure.
+
+A pod of a plan with a burn-in has a readiness gate (domain/burn_in.py ``BURN_IN_GATE``), so no Service sends
+it traffic until the operator has run the load on the pod's own IP (controller/burn_in_load.py) and judged it
+here. The load is the plan's worst case the spec asks to hold: ``requests`` prompts near max_model_len at
+once (never more than max_num_seqs, which vLLM would queue whatever the KV room), each with a short output,
+bounded in time and in tokens. A KV cache too small for that shows as vLLM's own preemptions, or a full cache
+with requests waiting; that failure is remediation evidence (the KV-saturation signal) before any user sees
+it. A request that fails or a run out of time fails the burn-in without being a memory signal (an OOM kill
+during the run is the pod's termination, which remediation reads from the pod status).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llm_autopilot.domain.burn_in import BurnInLoad, BurnInMeasurement
+from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.remediation.classify import Classification, Signal
+
+BURN_IN_PASSED = "BurnInPassed"
+#: a KV cache this full, with a request waiting, holds fewer requests than the load sent
+FULL_KV_USAGE = 0.99
+#: token ids are drawn from the first ids of the vocabulary (every tokenizer has them)
+PROMPT_VOCAB = 1000
+
+
+@dataclass(frozen=True)
+class BurnInSettings:
+    """The load's bounds (spec.verification.burnIn)."""
+
+    #: requests sent at once (the spec's expectedConcurrency; at most the plan's max_num_seqs)
+    concurrency: int = 1
+    #: tokens generated per request: short, the load is about the KV room the prompts take
+    max_tokens: int = 16
+    #: the whole run's time limit
+    timeout_seconds: float = 300.0
+    #: the most tokens (prompts and outputs) one run may cost; prompts are shortened to stay within it
+    max_total_tokens: int = 2_000_000
+
+
+def load_for(config: ServingConfig, *, model: str, port: int, settings: BurnInSettings) -> BurnInLoad:
+    """The load one pod of ``config`` is given: ``settings.concurrency`` requests (at most max_num_seqs) of
+    max_model_len tokens, prompt and output together, unless the token limit needs shorter prompts."""
+    requests = max(1, min(settings.concurrency, config.max_num_seqs))
+    max_tokens = max(1, min(settings.max_tokens, config.max_model_len // 2))
+    prompt = config.max_model_len - max_tokens
+    prompt = max(1, min(prompt, settings.max_total_tokens // requests - max_tokens))
+    return BurnInLoad(model=model, port=port, requests=requests, prompt_tokens=prompt, max_tokens=max_tokens,
+                      timeout_seconds=settings.timeout_seconds,
+                      vocab_size=max(11, min(config.model.vocab_size, PROMPT_VOCAB)))
+
+
+@dataclass(frozen=True)
+class BurnInVerdict:
+    """One pod's burn-in judged: passed or why not, its figures, and the remediation signal when the KV cache
+    was too small."""
+
+    pod: str
+    passed: bool
+    reason: str
+    message: str
+    gpu_seconds: float
+    signal: Classification | None = None
+
+
+def _share(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.0%}"
+
+
+def _count(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:g}"
+
+
+def judge(pod: str, load: BurnInLoad, m: BurnInMeasurement, *, gpus: int) -> BurnInVerdict:
+    """What one pod's measurement says (``gpus``: the GPUs the pod holds, for the run's cost)."""
+    gpu_seconds = round(m.wall_seconds * gpus, 1)
+    shape = f"{load.requests} requests of {load.prompt_tokens}+{load.max_tokens} tokens at once"
+    figures = (f"{shape}: {m.completed}/{m.sent} answered in {m.wall_seconds:.0f}s, peak KV usage "
+               f"{_share(m.peak_kv_usage)}, {m.preemptions:g} preemptions, peak waiting {_count(m.peak_waiting)}, "
+               f"{gpu_seconds:g} GPU-seconds")
+    if m.preemptions > 0 or (m.peak_kv_usage is not None and m.peak_kv_usage >= FULL_KV_USAGE
+                             and (m.peak_waiting or 0) >= 1):
+        what = (f"vLLM preempted {m.preemptions:g} times" if m.preemptions > 0
+                else f"the KV cache was full with {m.peak_waiting:g} requests waiting")
+        summary = (f"burn-in on {pod}: {shape}, {what}; the KV cache holds fewer than {load.requests} "
+                   f"requests of {load.prompt_tokens + load.max_tokens} tokens")
+        evidence = {"source": "burn-in", "pod": pod, "requests": str(load.requests),
+                    "promptTokens": str(load.prompt_tokens), "maxTokens": str(load.max_tokens),
+                    "preemptions": f"{m.preemptions:g}", "peakUsage": _share(m.peak_kv_usage),
+                    "peakWaiting": _count(m.peak_waiting), "peakRunning": _count(m.peak_running),
+                    "wallSeconds": f"{m.wall_seconds:.1f}"}
+        return BurnInVerdict(pod, False, "KVCacheTooSmall", f"{pod}: {what}; {figures}", gpu_seconds,
+                             Classification(Signal.KV_SATURATION, summary, evidence=evidence))
+    if m.errors:
+        return BurnInVerdict(pod, False, "RequestsFailed",
+                             f"{pod}: {m.errors} of {m.sent} requests failed ({m.first_error}); {figures}",
+                             gpu_seconds)
+    if m.timed_out or m.completed < load.requests:
+        return BurnInVerdict(pod, False, "TimedOut",
+                             f"{pod}: not answered within {load.timeout_seconds:g}s; {figures}", gpu_seconds)
+    unread = "" if m.samples else " (vLLM's /metrics could not be read: no preemption or KV figures)"
+    return BurnInVerdict(pod, True, BURN_IN_PASSED, f"{pod}: {figures}{unread}", gpu_seconds)
+
+
+def evidence_key(plan_hash: str, pod: str) -> str:
+    """Identifies one pod's burn-in failure, so remediation acts on it once."""
+    return f"burn-in/{plan_hash}/{pod}"
+
+
+def condition(pods: Sequence[tuple[str, BurnInVerdict | None]]) -> tuple[bool | None, str, str]:
+    """BurnInPassed over the plan's new pods: False when one failed (the first failure said), unknown while one
+    still runs, True when every one passed."""
+    failed = [v for _, v in pods if v is not None and not v.passed]
+    if failed:
+        more = f" (and {len(failed) - 1} more pods)" if len(failed) > 1 else ""
+        return False, failed[0].reason, failed[0].message + more
+    running = [pod for pod, v in pods if v is None]
+    if running:
+        return None, "BurnInRunning", f"the burn-in runs on {', '.join(running[:5])}; no traffic until it passes"
+    if not pods:
+        return None, "BurnInPending", "no pod of the plan has started yet"
+    total = sum(v.gpu_seconds for _, v in pods if v is not None)
+    worst = pods[-1][1]
+    assert worst is not None
+    return True, BURN_IN_PASSED, f"{len(pods)} pods passed, {total:g} GPU-seconds; last: {worst.message}"
