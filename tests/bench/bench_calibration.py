@@ -79,6 +79,9 @@ class Row:
     after: float | None
     #: the calibration's reason, NotCalibrated's reason, or the planner's refusal
     note: str
+    #: a calibration was found and the plan it gives is refused (a plan calibration pushes past the budget is
+    #: refused like an uncalibrated one): not the same as "no calibration"
+    refused: bool = False
 
     @property
     def calibrated(self) -> bool:
@@ -166,12 +169,13 @@ def leave_one_out(cases: Sequence[Case], now: datetime = NOW) -> list[Row]:
                                now)
         prediction, seen = measured[i]
         found = calibration_for(store, case.key, now)
+        refusal = ""
         if isinstance(found, NotCalibrated):
             after, note = None, found.reason
         else:
             after, refusal = _error(case, found, now)
             note = refusal or found.reason(prediction.kv_cache_bytes, prediction.gpu_total_bytes)
-        rows.append(Row(case.id, case.key, seen.ratio, seen.error_percent, after, note))
+        rows.append(Row(case.id, case.key, seen.ratio, seen.error_percent, after, note, refused=bool(refusal)))
     return rows
 
 
@@ -179,6 +183,8 @@ def leave_one_out(cases: Sequence[Case], now: datetime = NOW) -> list[Row]:
 class Summary:
     cases: int
     calibrated: int
+    #: cases with a calibration whose calibrated plan is refused (counted apart from "not calibrated")
+    refused: int
     #: mean |error| and share within the tolerance, (before, after): among the calibrated cases, and overall
     #: (an uncalibrated case's error after is its error before)
     calibrated_mean: tuple[float, float]
@@ -202,7 +208,7 @@ def summarize(rows: Sequence[Row]) -> Summary:
     before = [r.before for r in rows]
     after = [r.after if r.after is not None else r.before for r in rows]
     return Summary(
-        cases=len(rows), calibrated=len(cal),
+        cases=len(rows), calibrated=len(cal), refused=sum(r.refused for r in rows),
         calibrated_mean=(_mean([abs(v) for v in cal_before]), _mean([abs(v) for v in cal_after])),
         calibrated_within=(_within(cal_before), _within(cal_after)),
         overall_mean=(_mean([abs(v) for v in before]), _mean([abs(v) for v in after])),
@@ -216,7 +222,9 @@ def report(title: str, rows: Sequence[Row]) -> str:
         after = f"{r.after:+.2f} %" if r.after is not None else "\u2014"
         lines.append(f"| {r.id} | {r.key} | {r.ratio:.4f} | {r.before:+.2f} % | {after} | {r.note} |")
     s = summarize(rows)
-    lines += ["", f"{s.cases} cases, {s.calibrated} calibrated (tolerance \u00b1{TOLERANCE_PERCENT:g} % of GPU memory)",
+    lines += ["", f"{s.cases} cases, {s.calibrated} calibrated, {s.refused} refused once calibrated, "
+              f"{s.cases - s.calibrated - s.refused} not calibrated "
+              f"(tolerance \u00b1{TOLERANCE_PERCENT:g} % of GPU memory)",
               f"- calibrated cases: mean |error| {s.calibrated_mean[0]:.3f} % \u2192 {s.calibrated_mean[1]:.3f} %, "
               f"within tolerance {s.calibrated_within[0]:.0f} % \u2192 {s.calibrated_within[1]:.0f} %",
               f"- all cases: mean |error| {s.overall_mean[0]:.3f} % \u2192 {s.overall_mean[1]:.3f} %, "

@@ -71,3 +71,22 @@ def test_the_golden_cases_replay() -> None:
     assert any(r.calibrated for r in gpu_rows) and any(not r.calibrated for r in gpu_rows)
     cpu_rows = leave_one_out(cpu_golden_cases())
     assert cpu_rows and all(r.before == 0 and r.after in (0, None) for r in cpu_rows)
+
+
+def test_a_calibration_that_makes_the_plan_refused_is_counted_apart_from_not_calibrated() -> None:
+    cases = [
+        _case("a", config(VLLM, max_model_len=8192), 0.96),
+        _case("b", config(VLLM, max_model_len=16384), 0.96),
+    ]
+    fits = cases[1].plan
+
+    def refused_once_calibrated(calibration: object) -> Prediction | str:
+        return fits(None) if calibration is None else "refused: max_model_len 16384 does not fit"
+    cases[1] = Case(cases[1].id, cases[1].key, cases[1].observed, refused_once_calibrated)
+    cases.append(_case("lone", config(VLLM, model=model("Qwen/Qwen2.5-7B-Instruct")), 0.96))
+    rows = {r.id: r for r in leave_one_out(cases)}
+    assert rows["b"].refused and not rows["b"].calibrated
+    assert rows["b"].note == "refused: max_model_len 16384 does not fit"
+    assert not rows["lone"].refused and not rows["lone"].calibrated
+    summary = summarize(list(rows.values()))
+    assert (summary.cases, summary.calibrated, summary.refused) == (3, 1, 1)
