@@ -41,6 +41,10 @@ class Api:
     def merge_patch(self, path: str, body: Any) -> tuple[int, Any]:
         return self.request("PATCH", path, body, content_type="application/merge-patch+json")
 
+    def strategic_patch(self, path: str, body: Any) -> tuple[int, Any]:
+        """A strategic merge patch: lists with a merge key (a pod's conditions, by type) merge item by item."""
+        return self.request("PATCH", path, body, content_type="application/strategic-merge-patch+json")
+
     def ok(self, path: str) -> bool:
         try:
             return self.request("GET", path, timeout=3.0)[0] == 200

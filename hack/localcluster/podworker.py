@@ -19,7 +19,9 @@ Follows the kubelet's rules where the operator can see them:
   message: what the container wrote to its ``terminationMessagePath`` (a per-instance file of the pod's folder
   bind-mounted there, default ``/dev/termination-log``; its last 4096 bytes, as the kubelet reads it), else
   with ``FallbackToLogsOnError`` the last 80 lines / 2048 bytes of the log, for a non-zero exit;
-- the log of the current and the previous instance stay readable (``pods/log``, ``previous=true``).
+- the log of the current and the previous instance stay readable (``pods/log``, ``previous=true``);
+- ``readinessGates``: Ready only when the containers are ready and every gate's condition (written by others,
+  kept: the status is a strategic merge, conditions by type) is True, else ``ReadinessGatesNotReady``.
 """
 
 from __future__ import annotations
@@ -180,6 +182,19 @@ def claim_source(claim: dict[str, Any] | None, volume: dict[str, Any] | None, cl
     if not Path(path).is_dir():
         raise VolumeNotReady("ContainerCreating", f'persistentvolume "{pv_name}": {path} does not exist on the node')
     return Path(path)
+
+
+def gate_problem(pod: dict[str, Any], conditions: dict[Any, dict[str, Any]]) -> str | None:
+    """Why the pod's readiness gates keep it from Ready (None: every gate's condition is True), in the kubelet's
+    words (pkg/kubelet/status/generate.go)."""
+    for gate in (pod.get("spec") or {}).get("readinessGates") or []:
+        kind = gate.get("conditionType")
+        found = conditions.get(kind)
+        if found is None:
+            return f'corresponding condition of pod readiness gate "{kind}" does not exist.'
+        if found.get("status") != "True":
+            return f'the status of pod readiness gate "{kind}" is not "True", but {found.get("status")}'
+    return None
 
 
 class PodWorker(threading.Thread):
@@ -514,20 +529,24 @@ class PodWorker(threading.Thread):
         now = rfc3339_nano()
         previous = {c.get("type"): c for c in (self.pod.get("status") or {}).get("conditions") or []}
 
-        def condition(type_: str, ok: bool, reason: str | None = None) -> dict[str, Any]:
+        def condition(type_: str, ok: bool, reason: str | None = None, message: str | None = None) -> dict[str, Any]:
             status = "True" if ok else "False"
             old = previous.get(type_) or {}
             since = old.get("lastTransitionTime") if old.get("status") == status else now
             out = {"type": type_, "status": status, "lastProbeTime": None, "lastTransitionTime": since}
             if reason and not ok:
                 out["reason"] = reason
+                if message:
+                    out["message"] = message
             return out
 
         not_ready = "PodCompleted" if finished else "ContainersNotReady"
+        gate = gate_problem(self.pod, previous) if all_ready else None
         conditions = [
             condition("PodReadyToStartContainers", self.network_error is None and not finished),
             condition("Initialized", True),
-            condition("Ready", all_ready, not_ready),
+            condition("Ready", all_ready and gate is None, not_ready if gate is None else "ReadinessGatesNotReady",
+                      gate),
             condition("ContainersReady", all_ready, not_ready),
         ]
         if "PodScheduled" in previous:
@@ -573,7 +592,8 @@ class PodWorker(threading.Thread):
     def _report(self) -> None:
         status = self._status()
         if status != self._reported:
-            code, body = self.kubelet.api.merge_patch(
+            # a strategic merge: conditions merge by type, so those others write (readiness gates) stay
+            code, body = self.kubelet.api.strategic_patch(
                 f"/api/v1/namespaces/{self.namespace}/pods/{self.name}/status", {"status": status})
             if code == 200:
                 self._reported = status

@@ -89,6 +89,7 @@ NAMESPACED_RULES: list[Rule] = [
     (("batch",), ("jobs",), ("get", "create", "patch")),  # spec.model.cache: the download Job
     (("",), ("pods",), ("list", "watch")),  # crash evidence, from the pod watch
     (("",), ("pods/log",), ("get",)),  # the previous container's log: vLLM's root cause of a crash
+    (("",), ("pods/status",), ("patch",)),  # spec.verification.burnIn: the pods' readiness gate
     SECRETS_RULE,
     (("",), ("events",), ("create",)),
 ]

@@ -330,3 +330,49 @@ def test_a_busy_but_healthy_vllm_is_left_alone(kubectl: Kubectl, namespace: str,
         assert [p["metadata"]["name"] for p in pods(kubectl, namespace, "calm")] == [
             p["metadata"]["name"] for p in ready_pods(kubectl, namespace, "calm")]  # never rolled
         report("busy but healthy", completed=completed, steps=0)
+
+
+def test_a_burn_in_finds_the_kv_room_too_small_for_its_concurrency_and_remediation_acts_before_ready(
+        kubectl: Kubectl, namespace: str, kv_room: Any, tmp_path: Path) -> None:
+    """Issue #18 (c): the plan holds 8 requests of 2,048 tokens, vLLM's real KV room holds 4. The burn-in (a
+    readiness gate the kubelet honours) sends the plan's 8 requests at once to the new pod's own IP; vLLM
+    preempts; the pod is never Ready (no traffic), the failure is remediation's evidence, and the ladder
+    steps until a plan's burn-in passes and its pod serves."""
+    tokens_per_room = 4 * 2048  # 4 requests of max_model_len; the tiny model's KV cache is 512 bytes a token
+    kv_room(tokens_per_room * 512)
+    spec = tiny("burn", serving={"maxModelLen": 2048, "expectedConcurrency": 8},
+                vllm={"gpuMemoryUtilization": 0.6},
+                verification={"burnIn": {"maxTokens": 16, "timeoutSeconds": 240}})
+    started = time.monotonic()
+    with operator_for(kubectl, namespace, tmp_path):
+        apply(kubectl, namespace, spec)
+
+        def failed_burn_in() -> dict[str, Any] | None:
+            status = llmd(kubectl, namespace, "burn").get("status", {})
+            steps = (status.get("remediation") or {}).get("history") or []
+            return steps[0] if steps else None
+
+        step = wait_for("a remediation step on the burn-in's evidence", failed_burn_in, timeout=START_SECONDS + 300,
+                        interval=3)
+        assert step["signal"] == "KVSaturation" and step["evidence"]["source"] == "burn-in", step
+        assert int(step["evidence"]["preemptions"]) > 0 or step["evidence"]["peakUsage"] == "100%", step
+        failed_pod = step["evidence"]["pod"]
+        found = kubectl.maybe("pod", failed_pod, "-n", namespace)
+        if found is not None:  # the step's rollout may already have removed it
+            conditions = {c["type"]: c for c in found["status"].get("conditions") or []}
+            assert conditions["llm-autopilot.io/burn-in"]["status"] == "False", conditions
+            assert conditions["Ready"]["status"] == "False", conditions
+            assert conditions["ContainersReady"]["status"] == "True", conditions
+        report("burn-in failed, remediated before Ready", pod=failed_pod, action=step["action"],
+               preemptions=step["evidence"]["preemptions"], peakUsage=step["evidence"]["peakUsage"],
+               seconds=round(time.monotonic() - started))
+        # the ladder goes on until a plan's burn-in passes; that pod is Ready and serves
+        pod = serving(kubectl, namespace, "burn", timeout=START_SECONDS + 900)
+        status = llmd(kubectl, namespace, "burn")["status"]
+        passed = next(c for c in status["conditions"] if c["type"] == "BurnInPassed")
+        assert passed["status"] == "True", passed
+        assert status["burnIn"]["planHash"] == pod["metadata"]["annotations"]["llm-autopilot.io/plan-hash"]
+        assert all(p["passed"] for p in status["burnIn"]["pods"]), status["burnIn"]
+        report("burn-in passed", steps=len(status["remediation"]["history"]),
+               actions=[h["action"] for h in status["remediation"]["history"]], message=passed["message"],
+               seconds=round(time.monotonic() - started))

@@ -68,6 +68,8 @@ class FakeCluster:
     reject: dict[str, str] = field(default_factory=dict)
     #: LLMDeployment status patches (handlers' Ready writer)
     status_patches: list[dict[str, Any]] = field(default_factory=list)
+    #: (pod, condition) written on pods' status (the burn-in's readiness gate)
+    pod_conditions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     llmd: dict[str, Any] | None = None
     conflicts: int = 0
     #: the operator "dies" (OperatorKilled) right after this many more writes (status patches, object applies)
@@ -110,6 +112,15 @@ class FakeCluster:
 
     def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         return copy.deepcopy(self.pod_list)
+
+    def patch_pod_condition(self, namespace: str, pod: str, condition: dict[str, Any]) -> None:
+        """A strategic merge of one condition by type, as the API server does it."""
+        self.pod_conditions.append((pod, copy.deepcopy(condition)))
+        for found in self.pod_list:
+            if found["metadata"]["name"] == pod:
+                status = found.setdefault("status", {})
+                status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != condition[
+                    "type"]] + [copy.deepcopy(condition)]
 
     def previous_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
         self.log_reads.append(pod)
@@ -236,6 +247,8 @@ class Run:
     name: str = NAME
     uid: str = "uid"
     generation: int = 1
+    #: the burn-in runs (None: none)
+    burn_ins: Any = None
 
     def __post_init__(self) -> None:
         self.gatherer = Gatherer(self.cluster, self.prometheus)
@@ -247,7 +260,8 @@ class Run:
         try:
             out = reconcile(name=self.name, namespace=NAMESPACE, uid=self.uid, generation=self.generation,
                             spec_body=self.spec, status=copy.deepcopy(self.status), kube=self.cluster,
-                            settings=OperatorSettings(), gatherer=self.gatherer, calibration=self.calibration)
+                            settings=OperatorSettings(), gatherer=self.gatherer, calibration=self.calibration,
+                            burn_ins=self.burn_ins)
         finally:
             for patch in self.cluster.status_patches[written:]:
                 self.status = merge_patch(self.status, patch)

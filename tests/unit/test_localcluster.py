@@ -118,3 +118,14 @@ def test_a_service_range_the_cluster_cannot_use_is_refused_in_one_line(value: st
     with pytest.raises(ClusterError, match="LLM_AUTOPILOT_SERVICE_CIDR") as raised:
         state.parse_service_cidr(value)
     assert "\n" not in str(raised.value)
+
+
+def test_readiness_gates_keep_a_pod_from_ready_in_the_kubelets_words() -> None:
+    pod = {"spec": {"readinessGates": [{"conditionType": "llm-autopilot.io/burn-in"}]}}
+    assert podworker.gate_problem({"spec": {}}, {}) is None
+    assert podworker.gate_problem(pod, {}) == (
+        'corresponding condition of pod readiness gate "llm-autopilot.io/burn-in" does not exist.')
+    gate = {"type": "llm-autopilot.io/burn-in", "status": "False"}
+    assert podworker.gate_problem(pod, {gate["type"]: gate}) == (
+        'the status of pod readiness gate "llm-autopilot.io/burn-in" is not "True", but False')
+    assert podworker.gate_problem(pod, {gate["type"]: {**gate, "status": "True"}}) is None

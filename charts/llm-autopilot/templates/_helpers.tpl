@@ -134,6 +134,9 @@ agree. Reused from the live Secret on upgrades (lookup), so `helm upgrade` never
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
 {{- if .Values.rbac.readSecrets }}
 - apiGroups: [""]
   resources: [secrets]

@@ -812,8 +812,28 @@ class LoRASpec(APIModel):
 SPEC_MAX_BYTES = 64 * 1024
 
 
+class BurnInSpec(APIModel):
+    """A bounded load on each new pod before it gets traffic (desired/burn_in.py): a readiness gate keeps the pod
+    out of the Services until it passes."""
+
+    concurrency: int | None = Field(
+        None, ge=1, le=1024,
+        description="Requests sent at once, each of about maxModelLen tokens (at most the plan's max_num_seqs). "
+                    "Default: spec.serving.expectedConcurrency, else 1.")
+    max_tokens: int = Field(16, ge=1, le=1024, description="Tokens generated per request. Default 16.")
+    timeout_seconds: int = Field(300, ge=10, le=3600, description="The whole run's time limit. Default 300.")
+    max_total_tokens: int = Field(
+        2_000_000, ge=1, le=TOKENS_MAX,
+        description="The most tokens (prompts and outputs) one pod's run may cost; prompts are shortened to stay "
+                    "within it. Default 2,000,000.")
+
+
 class VerificationSpec(APIModel):
     """How a plan is checked against the running vLLM's own KV-cache figures (planner/verify.py)."""
+
+    burn_in: BurnInSpec | None = Field(
+        None, description="Off unless set: each new pod of the plan is given a bounded load on its own IP before "
+                          "it is Ready (BurnInPassed); a KV cache too small for it is remediation evidence.")
 
     tolerance_percent: float = Field(
         VERIFICATION_TOLERANCE_PERCENT, ge=0.5, le=20,
@@ -1113,6 +1133,23 @@ class VerificationStatus(StatusModel):
         return cls.of(worst, calibration=calibration, plan_hash=plan_hash, pods=pods)
 
 
+class PodBurnInStatus(StatusModel):
+    """One pod's burn-in, as judged (desired/burn_in.py)."""
+
+    pod: str = Field(max_length=253, description="The pod.")
+    passed: bool = Field(description="Whether it passed (its readiness gate is True).")
+    reason: str = Field(max_length=64, description="BurnInPassed, KVCacheTooSmall, RequestsFailed or TimedOut.")
+    message: str = Field(max_length=600, description="The figures: requests, peak KV usage, preemptions, time.")
+    gpu_seconds: float = Field(ge=0, alias="gpuSeconds", description="What the run cost: seconds x GPUs.")
+
+
+class BurnInStatus(StatusModel):
+    """The burn-in of the plan in force's pods (spec.verification.burnIn)."""
+
+    plan_hash: str = Field(max_length=64, description="The plan whose pods these are.")
+    pods: tuple[PodBurnInStatus, ...] = Field(default=(), max_length=64, description="Each pod judged.")
+
+
 class KVCalibrationChoice(StatusModel):
     """The KV calibration one calibration key (GPU product, vLLM version, family) plans with."""
 
@@ -1173,6 +1210,8 @@ class LLMDeploymentStatus(APIModel):
     cache: CacheStatus | None = Field(None, description="The model cache's download (spec.model.cache).")
     source: SourceStatus | None = Field(
         None, description="What was read from a pvc:// source's volume or an s3:// source's objects.")
+    burn_in: BurnInStatus | None = Field(
+        None, description="Each new pod's burn-in before traffic (spec.verification.burnIn; BurnInPassed).")
     verification: VerificationStatus | None = Field(
         None, description="The plan's KV cache against what the running vLLM reports (the PlanVerified condition).")
     lora: LoRAStatus | None = Field(None, description="Where each LoRA adapter is served, and how changes apply.")

@@ -32,11 +32,20 @@ from llm_autopilot.controller.metrics import (
     QueryRejected,
     SaturationSource,
 )
-from llm_autopilot.controller.observed import pod_ready
+from llm_autopilot.controller.observed import burn_in_gate, containers_ready, pod_ready
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.controller.sources import resolve_spec_source
-from llm_autopilot.desired.world import AdapterReading, GPUNode, SourceView, Target, World
+from llm_autopilot.desired.world import (
+    AdapterReading,
+    BurnInReading,
+    GPUNode,
+    PodBurnIn,
+    SourceView,
+    Target,
+    World,
+)
 from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.domain.burn_in import BurnInMeasurement
 from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError
 from llm_autopilot.planner.verify import (
@@ -268,6 +277,29 @@ class Gatherer:
         while len(self._crashes) > self._remembered:
             self._crashes.popitem(last=False)
         return crash
+
+
+class BurnIns(Protocol):
+    """The burn-in runs the operator keeps (controller/burn_in_load.py's BurnInRunner)."""
+
+    def result(self, uid: str) -> BurnInMeasurement | None: ...
+
+    def running(self, uid: str) -> bool: ...
+
+
+def read_burn_in(pods: PodSource, runs: BurnIns, namespace: str, name: str, plan_hash: str) -> BurnInReading:
+    """The plan ``plan_hash``'s pods as the burn-in sees them (not those being deleted), sorted by name."""
+    found = []
+    for pod in pods.pods(namespace, f"app.kubernetes.io/instance={name}"):
+        meta = pod.get("metadata") or {}
+        if not _runs(pod, plan_hash) or meta.get("deletionTimestamp"):
+            continue
+        uid = str(meta.get("uid") or "")
+        found.append(PodBurnIn(pod=str(meta.get("name")), uid=uid,
+                               ip=(pod.get("status") or {}).get("podIP") or None,
+                               containers_ready=containers_ready(pod), gate=burn_in_gate(pod),
+                               measurement=runs.result(uid) if uid else None, running=bool(uid) and runs.running(uid)))
+    return BurnInReading(plan_hash, tuple(sorted(found, key=lambda p: p.pod)))
 
 
 def _runs(pod: dict[str, Any], plan_hash: str) -> bool:

@@ -35,6 +35,7 @@ from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.access import referenced_secrets, unreadable_secrets_message
 from llm_autopilot.controller.adapters import admission_check
 from llm_autopilot.controller.admission import review
+from llm_autopilot.controller.burn_in_load import BurnInRunner
 from llm_autopilot.controller.calibration_store import CalibrationBook
 from llm_autopilot.controller.certs import self_signed
 from llm_autopilot.controller.gather import Gatherer
@@ -88,6 +89,14 @@ def gatherer() -> Gatherer:
         _state["gatherer"] = gatherer_for(kube(), SETTINGS)
     found: Gatherer = _state["gatherer"]
     return found
+
+
+def burn_in_runs() -> BurnInRunner:
+    """One per process: the burn-in runs on new pods (spec.verification.burnIn), in background threads."""
+    if "burn_ins" not in _state:
+        _state["burn_ins"] = BurnInRunner()
+    runner: BurnInRunner = _state["burn_ins"]
+    return runner
 
 
 def calibration_book() -> CalibrationBook | None:
@@ -317,7 +326,7 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, watched: Watched | None, what
                                          status=dict(body.get("status") or {}), kube=_cluster(watched),
                                          settings=SETTINGS, gatherer=gatherer(),
                                          resource_version=meta.get("resourceVersion"),
-                                         calibration=calibration_book())
+                                         calibration=calibration_book(), burn_ins=burn_in_runs())
 
     if (out := attempt(run)) is not None:
         _finish(out, body, patch, what)
@@ -379,7 +388,7 @@ def resync(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
                 status=dict(body.get("status") or {}), observed=watched.digest_of(namespace, name),
                 current_pods=functools.partial(current_pods, pods), kube=WatchedCluster(kube(), watched),
                 settings=SETTINGS, gatherer=gatherer(), memory=QUIET,
-                calibration=calibration_book())
+                calibration=calibration_book(), burn_ins=burn_in_runs())
 
     if (out := attempt(run)) is None:
         return
@@ -466,14 +475,14 @@ def _reconcile_parent(parent: Mapping[str, Any], namespace: str, watched: Watche
             return reconciling.reconcile(name=name, namespace=namespace, uid=uid, generation=meta.get("generation"),
                                          spec_body=spec_body, status=status, kube=kube(), settings=SETTINGS,
                                          gatherer=gatherer(), resource_version=meta.get("resourceVersion"),
-                                         calibration=calibration_book())
+                                         calibration=calibration_book(), burn_ins=burn_in_runs())
         return reconciling.resync(
             name=name, namespace=namespace, uid=uid, generation=meta.get("generation"),
             resource_version=meta.get("resourceVersion"), spec_body=spec_body, status=status,
             observed=watched.digest_of(namespace, name),
             current_pods=functools.partial(current_pods, watched.pods_of(namespace, name)),
             kube=WatchedCluster(kube(), watched), settings=SETTINGS, gatherer=gatherer(), memory=QUIET,
-                calibration=calibration_book())
+                calibration=calibration_book(), burn_ins=burn_in_runs())
 
 
 def _secret_refusal(spec: dict[str, Any], userinfo: kopf.UserInfo, namespace: str | None) -> str | None:

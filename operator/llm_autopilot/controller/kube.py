@@ -231,6 +231,12 @@ class Kube:
             raise
         self.writes += 1
 
+    def patch_pod_condition(self, namespace: str, pod: str, condition: dict[str, Any]) -> None:
+        """One condition of a pod's status, strategic-merged by type (the kubelet's conditions stay)."""
+        self.core.patch_namespaced_pod_status(pod, namespace, {"status": {"conditions": [condition]}},
+                                              _content_type="application/strategic-merge-patch+json")
+        self.writes += 1
+
     def patch_llmd_status(self, namespace: str, name: str, status: dict[str, Any],
                           resource_version: str | None = None) -> None:
         """Merge-patch the status; with ``resource_version`` the API server refuses (409) if it changed since."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
 from llm_autopilot.controller.kube import GPU_RESOURCE, Kube, NodeGPUs
+from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from llm_autopilot.render.kubernetes import INPUT_HASH, OWNER_LABEL, PLAN_HASH, quantity_gib
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -100,12 +101,30 @@ def pod_summary(body: Mapping[str, Any]) -> Summary:
     containers = [{key: copy.deepcopy(cs.get(key)) for key in ("name", "restartCount", "ready", "state", "lastState")
                    if cs.get(key) is not None} for cs in status.get("containerStatuses") or []]
     ready = [c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    gate = [c.get("status") for c in status.get("conditions") or [] if c.get("type") == BURN_IN_GATE]
     return Summary.of({
-        "metadata": {"name": meta.get("name"), "annotations": {PLAN_HASH: _annotation(body, PLAN_HASH)},
+        "metadata": {"name": meta.get("name"), "uid": meta.get("uid"),
+                     "annotations": {PLAN_HASH: _annotation(body, PLAN_HASH)},
                      **({"deletionTimestamp": meta["deletionTimestamp"]} if meta.get("deletionTimestamp") else {})},
         "status": {"phase": status.get("phase"), "ready": ready[0] if ready else None, "containerStatuses": containers,
-                   "podIP": status.get("podIP")},  # where controller/lora_runtime.py reaches its vLLM
+                   "podIP": status.get("podIP"),  # where controller/lora_runtime.py reaches its vLLM
+                   **({"burnIn": gate[0]} if gate else {})},  # the burn-in's readiness gate (desired/burn_in.py)
     })
+
+
+def burn_in_gate(pod: Mapping[str, Any]) -> bool | None:
+    """The pod's burn-in gate condition (None: not written): from its conditions or the pod watch's summary."""
+    status = pod.get("status") or {}
+    found = status.get("burnIn")
+    if found is None:
+        found = next((c.get("status") for c in status.get("conditions") or [] if c.get("type") == BURN_IN_GATE), None)
+    return None if found is None else found == "True"
+
+
+def containers_ready(pod: Mapping[str, Any]) -> bool:
+    """Every container of the pod is ready (what its readiness gate waits beside)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return bool(statuses) and all(cs.get("ready") is True for cs in statuses)
 
 
 def llmd_summary(body: Mapping[str, Any]) -> Summary:
@@ -227,6 +246,9 @@ class WatchedCluster:
     def patch_llmd_status(self, namespace: str, name: str, status: dict[str, Any],
                           resource_version: str | None = None) -> None:
         self.kube.patch_llmd_status(namespace, name, status, resource_version=resource_version)
+
+    def patch_pod_condition(self, namespace: str, pod: str, condition: dict[str, Any]) -> None:
+        self.kube.patch_pod_condition(namespace, pod, condition)
 
     def current_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
         return self.kube.current_log(namespace, pod, container, tail_lines=tail_lines, limit_bytes=limit_bytes)

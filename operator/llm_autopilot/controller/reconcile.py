@@ -26,9 +26,11 @@ from llm_autopilot.catalog.gpus import UnknownGPUError
 from llm_autopilot.controller import cache_step, inspect_step, lora_runtime, telemetry
 from llm_autopilot.controller.calibration_store import CalibrationBook
 from llm_autopilot.controller.gather import (
+    BurnIns,
     Gatherer,
     PodSource,
     SecretUnreadable,
+    read_burn_in,
     read_model,
     read_nodes,
     read_vllm_version,
@@ -62,6 +64,7 @@ from llm_autopilot.desired.world import (
     WorkloadView,
     World,
 )
+from llm_autopilot.domain.burn_in import BurnInLoad, BurnInMeasurement
 from llm_autopilot.hub.resolve import ArchitectureRequired, ModelResolutionError
 from llm_autopilot.planner import verify
 from llm_autopilot.planner.plan import Plan
@@ -122,6 +125,16 @@ class Cluster(PodSource, Protocol):
         ...
 
     def job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]: ...
+
+    def patch_pod_condition(self, namespace: str, pod: str, condition: dict[str, Any]) -> None:
+        """Write one condition of a pod's status (strategic merge by type: the kubelet's stay)."""
+        ...
+
+
+class BurnInRuns(BurnIns, Protocol):
+    """The burn-in runs: read (gather.py's BurnIns) and started."""
+
+    def start(self, uid: str, address: str, load: BurnInLoad) -> None: ...
 
 
 
@@ -204,7 +217,7 @@ class Reconciler:
     def __init__(self, *, name: str, namespace: str, uid: str, generation: int | None, status: dict[str, Any],
                  kube: Cluster, settings: OperatorSettings, gatherer: Gatherer,
                  resource_version: str | None = None, now: datetime | None = None,
-                 calibration: CalibrationBook | None = None) -> None:
+                 calibration: CalibrationBook | None = None, burn_ins: BurnInRuns | None = None) -> None:
         self.owner = Owner(name, namespace, uid)
         self.generation = generation
         self.resource_version = resource_version
@@ -217,6 +230,8 @@ class Reconciler:
         self.writes = 0
         #: the KV calibration store (None: the operator keeps none)
         self.calibration = calibration
+        #: the burn-in runs the operator keeps (None: none are run; a spec asking for one waits)
+        self.burn_ins = burn_ins
 
     def run(self, spec_body: dict[str, Any]) -> Outcome:
         world = self.read(spec_body)
@@ -317,6 +332,11 @@ class Reconciler:
             if asks.evidence is not None:
                 evidence = self.gatherer.gather(dataclasses.replace(asks.evidence, deployment=view))
                 world = dataclasses.replace(world, evidence=evidence)
+        if asks.burn_in is not None:
+            b = asks.burn_in
+            runs = self.burn_ins if self.burn_ins is not None else _NO_RUNS
+            world = dataclasses.replace(world, burn_in=read_burn_in(self.kube, runs, b.namespace, b.name,
+                                                                    b.plan_hash))
         if asks.verification is not None:
             asked = asks.verification
             ready = self.gatherer.ready_plan_pods(asked.namespace, asked.name, asked.plan_hash)
@@ -340,10 +360,26 @@ class Reconciler:
         sample = decided.calibration_sample
         if sample is not None and self.calibration is not None and self.calibration.record(sample, self.now):
             self.writes += 1
+        self.burn_in(decided)
         return Outcome(status=status, events=list(decided.events), writes=self.writes, retry=decided.retry,
                        settled=decided.settled, due=decided.due, plan_hash=decided.plan_hash,
                        metrics=decided.metrics, kv_question=decided.kv_question,
                        retry_reason=decided.retry_reason, retry_delay=decided.retry_delay)
+
+    def burn_in(self, decided: Intent) -> None:
+        """The burn-in runs desired() started, and the readiness gates it judged (a pod that went meanwhile is
+        no error: its replacement is judged on its own)."""
+        if self.burn_ins is not None:
+            for start in decided.burn_in_starts:
+                self.burn_ins.start(start.uid, start.ip, start.load)
+        for gate in decided.gate_writes:
+            try:
+                self.kube.patch_pod_condition(self.owner.namespace, gate.pod, gate.condition)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            self.writes += 1
 
     def record_step(self, step: dict[str, Any]) -> None:
         """Write a remediation step (or relax) to the status before the children that carry it, so no crash in
@@ -360,15 +396,30 @@ class Reconciler:
         self.writes += 1
 
 
+class _NoRuns:
+    """No burn-in runner: nothing runs, nothing was measured."""
+
+    def result(self, uid: str) -> BurnInMeasurement | None:
+        return None
+
+    def running(self, uid: str) -> bool:
+        return False
+
+
+_NO_RUNS = _NoRuns()
+
+
 def reconcile(
     *, name: str, namespace: str, uid: str, generation: int | None, spec_body: dict[str, Any],
     status: dict[str, Any], kube: Cluster, settings: OperatorSettings, gatherer: Gatherer | None = None,
     resource_version: str | None = None, now: datetime | None = None, calibration: CalibrationBook | None = None,
+    burn_ins: BurnInRuns | None = None,
 ) -> Outcome:
     """One full reconcile at ``now`` (the clock is the caller's; default: the current second, UTC)."""
     return Reconciler(name=name, namespace=namespace, uid=uid, generation=generation, status=status, kube=kube,
                       settings=settings, gatherer=gatherer or gatherer_for(kube, settings),
-                      resource_version=resource_version, now=now, calibration=calibration).run(spec_body)
+                      resource_version=resource_version, now=now, calibration=calibration,
+                      burn_ins=burn_ins).run(spec_body)
 
 
 def _settings_digest(settings: OperatorSettings) -> str:
@@ -379,7 +430,7 @@ def resync(
     *, name: str, namespace: str, uid: str, generation: int | None, resource_version: str | None,
     spec_body: dict[str, Any], status: dict[str, Any], observed: str, current_pods: Callable[[str], list[str]],
     kube: Cluster, settings: OperatorSettings, gatherer: Gatherer, memory: QuietMemory, now: datetime | None = None,
-    calibration: CalibrationBook | None = None,
+    calibration: CalibrationBook | None = None, burn_ins: BurnInRuns | None = None,
 ) -> Outcome:
     """The resync's front gate: quiet when nothing the last full reconcile read has changed (quiet.py), else a
     full reconcile, whose inputs are remembered.
@@ -397,7 +448,7 @@ def resync(
         return Outcome(full=False, settled=True, due=seen.due, plan_hash=seen.plan_hash, metrics=seen.metrics)
     out = reconcile(name=name, namespace=namespace, uid=uid, generation=generation, spec_body=spec_body,
                     status=status, kube=kube, settings=settings, gatherer=gatherer, resource_version=resource_version,
-                    now=at, calibration=calibration)
+                    now=at, calibration=calibration, burn_ins=burn_ins)
     due = out.due or later(at, settings.full_check_seconds)
     memory.remember(uid, Seen(fingerprint=key, metrics=out.metrics, due=due, settled=out.settled and not out.retry,
                               plan_hash=out.plan_hash, namespace=namespace, kv_question=out.kv_question))

@@ -28,14 +28,16 @@ from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_re
 from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.lora import lora_refusal, pinned_adapters
 from llm_autopilot.api.v1alpha1 import (
+    BurnInStatus,
     CacheStatus,
     KVCalibrationStatus,
     LLMDeploymentSpec,
     PlanStatus,
+    PodBurnInStatus,
     VerificationStatus,
 )
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
-from llm_autopilot.desired import lora_sync
+from llm_autopilot.desired import burn_in, lora_sync
 from llm_autopilot.desired.calibration import Calibrations, SampleToRecord, sample_of
 from llm_autopilot.desired.refusals import autoscaling_problem
 from llm_autopilot.desired.schedule import metrics_verdict, next_due, unsettled
@@ -47,12 +49,14 @@ from llm_autopilot.desired.world import (
     Unresolved,
     World,
 )
+from llm_autopilot.domain.burn_in import BURN_IN_GATE, BurnInLoad
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner import verify
 from llm_autopilot.planner.calibration import CalibrationKey, key_of
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Infeasible, Plan, PlanRequest
 from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
+from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.remediation.decide import Decision, Evidence, Probe, decide
 from llm_autopilot.remediation.evidence import apply_overrides
 from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_floor
@@ -61,7 +65,7 @@ from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render import cache, model_volume, rollout
 from llm_autopilot.render.host_memory import host_memory
 from llm_autopilot.render.kubernetes import Owner, WorkloadInputs, label_selector, memory_limit_gib, plan_hash
-from llm_autopilot.render.vllm_args import ServeOptions, render_vllm_args, unknown_flags
+from llm_autopilot.render.vllm_args import VLLM_PORT, ServeOptions, render_vllm_args, unknown_flags
 from llm_autopilot.render.workload import Live, Shape, children
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion, behaviour_of
 
@@ -303,6 +307,34 @@ class Asks:
     evidence: Target | None = None
     #: vLLM's own KV figures of the plan's Ready pods (plan verification)
     verification: VerificationAsk | None = None
+    #: the burn-in of the plan in force's pods (spec.verification.burnIn), asked with the workload
+    burn_in: BurnInAsk | None = None
+
+
+@dataclass(frozen=True)
+class BurnInAsk:
+    """The plan whose pods' burn-in to read (their gate condition, and what the operator's runs measured)."""
+
+    namespace: str
+    name: str
+    plan_hash: str
+
+
+@dataclass(frozen=True)
+class BurnInStart:
+    """A burn-in run to start on a pod (controller/burn_in_load.py), on its own IP."""
+
+    uid: str
+    ip: str
+    load: BurnInLoad
+
+
+@dataclass(frozen=True)
+class GateWrite:
+    """The burn-in's readiness-gate condition to write on a pod (its status, strategic merge by type)."""
+
+    pod: str
+    condition: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -370,6 +402,9 @@ class Intent:
     notes: list[str] = field(default_factory=list)
     #: vLLM's figures read this pass, as a sample for the calibration store (controller/calibration_store.py)
     calibration_sample: SampleToRecord | None = None
+    #: the burn-in runs to start and the readiness-gate conditions to write, once the objects are written
+    burn_in_starts: list[BurnInStart] = field(default_factory=list)
+    gate_writes: list[GateWrite] = field(default_factory=list)
 
 
 def desired(spec: Mapping[str, Any], status: Mapping[str, Any], world: World, now: datetime) -> Intent:
@@ -408,6 +443,8 @@ class _Pass:
         self.repaired = False
         self.final: Rendered | None = None
         self.cache_status: CacheStatus | None = None
+        #: a pod of the plan in force waits for its burn-in
+        self.burning = False
 
     def condition(self, type_: str, value: bool | None, reason: str, message: str) -> None:
         self.conditions = set_condition(self.conditions, type_, value, reason, message,
@@ -517,7 +554,8 @@ class _Pass:
         live = world.live_for(choice.result.config.nodes > 1)
         current = render(ctx, choice, state.overrides, self.owner, self.settings, live)
         view = self.workload_of(ctx, current, state)
-        final, decision = self.remediate(ctx, current, state, live)
+        burn_signal = self.report_burn_in(ctx, current)
+        final, decision = self.remediate(ctx, current, state, live, burn_signal)
         if world.applied is not None and world.applied.rejected is not None:
             # nothing was written (or a recorded step is applied next pass): a step whose objects the API
             # server refuses is not taken, nor reported
@@ -587,14 +625,71 @@ class _Pass:
     def workload_of(self, ctx: Context, current: Rendered, state: RemediationState) -> dict[str, Any] | None:
         """The workload of the plan in force as read (asked for, with remediation's evidence, if not yet)."""
         seen, evidence = self.world.workload, self.world.evidence
-        if seen is not None and seen.plan_hash == current.plan_hash and evidence is not None:
+        wants_burn_in = _burns_in(ctx.spec, current)
+        burned = self.world.burn_in
+        if (seen is not None and seen.plan_hash == current.plan_hash and evidence is not None
+                and (not wants_burn_in or (burned is not None and burned.plan_hash == current.plan_hash))):
             return seen.deployment
         policy = ctx.spec.remediation
-        raise _Ask(Asks(workload=_workload_ask(self.owner, current), evidence=Target(
+        burn_in_ask = (BurnInAsk(self.owner.namespace, self.owner.name, current.plan_hash) if wants_burn_in
+                       else None)
+        raise _Ask(Asks(workload=_workload_ask(self.owner, current), burn_in=burn_in_ask, evidence=Target(
             namespace=self.owner.namespace, name=self.owner.name, plan_hash=current.plan_hash,
             replicas=state.effective_replicas(ctx.spec.replicas), deployment=None,
             last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
             kv_window=policy.kv_saturation_window_seconds, lora=ctx.spec.lora is not None)))
+
+    def report_burn_in(self, ctx: Context, r: Rendered) -> tuple[str, Classification] | None:
+        """status.burnIn, BurnInPassed and the pods' readiness gates (desired/burn_in.py judges): a run started
+        on each pod of the plan in force whose containers are ready, judged once it measured; a KV cache too
+        small for the load is returned as remediation evidence (its key, its signal)."""
+        spec = ctx.spec.verification.burn_in
+        if spec is None or not _burns_in(ctx.spec, r):
+            self.conditions = [c for c in self.conditions if c.get("type") != burn_in.BURN_IN_PASSED]
+            if self.status.get("burnIn") is not None:
+                self.out.status["burnIn"] = None
+            return None
+        seen = self.world.burn_in
+        assert seen is not None and seen.plan_hash == r.plan_hash  # asked with the workload
+        config = r.plan.config
+        settings = burn_in.BurnInSettings(
+            concurrency=spec.concurrency or ctx.spec.serving.expected_concurrency or 1, max_tokens=spec.max_tokens,
+            timeout_seconds=float(spec.timeout_seconds), max_total_tokens=spec.max_total_tokens)
+        served = ctx.spec.model.served_model_name or ctx.spec.model.name.removeprefix("hf://")
+        load = burn_in.load_for(config, model=served, port=VLLM_PORT, settings=settings)
+        known = _known_burn_in(self.status.get("burnIn"), r.plan_hash)
+        judged: list[tuple[str, burn_in.BurnInVerdict | None]] = []
+        records: list[PodBurnInStatus] = []
+        signal: tuple[str, Classification] | None = None
+        for pod in seen.pods:
+            verdict = known.get(pod.pod)
+            if verdict is None and pod.measurement is not None:
+                verdict = burn_in.judge(pod.pod, load, pod.measurement, gpus=config.gpus_per_pod)
+                self.event("Normal" if verdict.passed else "Warning",
+                           burn_in.BURN_IN_PASSED if verdict.passed else "BurnInFailed", verdict.message)
+                if verdict.signal is not None and signal is None:
+                    signal = burn_in.evidence_key(r.plan_hash, pod.pod), verdict.signal
+            if verdict is not None:
+                records.append(PodBurnInStatus(pod=pod.pod, passed=verdict.passed, reason=verdict.reason,
+                                               message=verdict.message[:600], gpu_seconds=verdict.gpu_seconds))
+                judged.append((pod.pod, verdict))
+                if pod.gate is not verdict.passed:
+                    self.out.gate_writes.append(GateWrite(pod.pod, {
+                        "type": BURN_IN_GATE, "status": "True" if verdict.passed else "False",
+                        "reason": verdict.reason, "message": verdict.message[:1000],
+                        "lastTransitionTime": self.stamp}))
+                continue
+            if pod.containers_ready and pod.ip and not pod.running:
+                self.out.burn_in_starts.append(BurnInStart(pod.uid, pod.ip, load))
+            if pod.containers_ready:
+                judged.append((pod.pod, None))
+            self.burning = True  # the next resync looks again (a run's end changes nothing the watches see)
+        value = BurnInStatus(plan_hash=r.plan_hash, pods=tuple(records[:64])).model_dump(
+            by_alias=True, mode="json")
+        if _changed(self.status, "burnIn", value):
+            self.out.status["burnIn"] = value
+        self.condition(burn_in.BURN_IN_PASSED, *burn_in.condition(judged))
+        return signal
 
     def report_calibration(self, r: Rendered, calibrations: Calibrations) -> KVCalibrationStatus:
         """status.kvCalibration: the calibrations this spec plans with (chosen once per spec, replicas aside)."""
@@ -659,14 +754,17 @@ class _Pass:
         self.out.metrics = metrics_verdict(evidence.metrics, evidence.saturation is not None)
         policy = ctx.spec.remediation
         self.out.kv_question = (policy.kv_saturation_window_seconds, policy.kv_saturation_threshold)
-        self.out.settled = not unsettled(evidence, state)
+        self.out.settled = not unsettled(evidence, state) and not self.burning
         self.out.due = next_due(state, ctx.spec.remediation, self.now, self.settings.full_check_seconds)
 
-    def remediate(self, ctx: Context, current: Rendered, state: RemediationState,
-                  live: Live) -> tuple[Rendered, Decision]:
-        """Let the pure decision speak on the evidence gathered: what should run, and why."""
+    def remediate(self, ctx: Context, current: Rendered, state: RemediationState, live: Live,
+                  burn_signal: tuple[str, Classification] | None = None) -> tuple[Rendered, Decision]:
+        """Let the pure decision speak on the evidence gathered (with a burn-in's failure): what should run, and
+        why."""
         evidence = self.world.evidence
         assert evidence is not None
+        if burn_signal is not None:
+            evidence = dataclasses.replace(evidence, burn_in_key=burn_signal[0], burn_in=burn_signal[1])
         renders: dict[Overrides, Rendered] = {}
 
         def probe(overrides: Overrides) -> Probe:
@@ -718,6 +816,24 @@ class _Pass:
         for warning in r.status.warnings:
             if warning not in ((self.status.get("plan") or {}).get("warnings") or []):
                 self.event("Warning", "PlanWarning", warning)
+
+
+def _burns_in(spec: LLMDeploymentSpec, r: Rendered) -> bool:
+    """Whether the plan's pods carry the burn-in's readiness gate (a Deployment's; not groups across nodes)."""
+    return spec.verification.burn_in is not None and r.shape is Shape.DEPLOYMENT
+
+
+def _known_burn_in(raw: Any, plan_hash: str) -> dict[str, burn_in.BurnInVerdict]:
+    """The verdicts status.burnIn holds for this plan's pods (none for another plan, or an unreadable one)."""
+    if not isinstance(raw, dict):
+        return {}
+    try:
+        known = BurnInStatus.model_validate(raw)
+    except ValueError:
+        return {}
+    if known.plan_hash != plan_hash:
+        return {}
+    return {p.pod: burn_in.BurnInVerdict(p.pod, p.passed, p.reason, p.message, p.gpu_seconds) for p in known.pods}
 
 
 def _calibration_key(r: Rendered) -> CalibrationKey:

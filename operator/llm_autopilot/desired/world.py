@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CacheStatus, SourceStatus
 from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.domain.burn_in import BurnInMeasurement
 from llm_autopilot.planner.calibration import CalibrationStore
 from llm_autopilot.planner.verify import PodReading
 from llm_autopilot.remediation.decide import Evidence
@@ -136,6 +137,28 @@ class GPUNode:
 
 
 @dataclass(frozen=True)
+class PodBurnIn:
+    """One pod of the plan in force as the burn-in sees it: whether its containers are ready (the load can
+    start), its gate condition (None: not written yet), and what the operator's run measured (None: none yet)."""
+
+    pod: str
+    uid: str
+    ip: str | None
+    containers_ready: bool
+    gate: bool | None
+    measurement: BurnInMeasurement | None = None
+    running: bool = False
+
+
+@dataclass(frozen=True)
+class BurnInReading:
+    """The burn-in of the plan ``plan_hash``'s pods (controller/burn_in_load.py runs it)."""
+
+    plan_hash: str
+    pods: tuple[PodBurnIn, ...] = ()
+
+
+@dataclass(frozen=True)
 class World:
     """The model's architecture (from the Hub, an S3 bucket, the catalog or the spec; Unresolved: why not), the
     GPU nodes, which of the optional CRDs are installed, and which workload shapes exist."""
@@ -157,6 +180,7 @@ class World:
     workload: WorkloadView | None = None
     evidence: Evidence | None = None
     verification: VerificationReading | None = None
+    burn_in: BurnInReading | None = None
     applied: Applied | None = None
     #: the KV calibration store as the operator last read it (None: it keeps none, or could not read it yet:
     #: then ``calibration_unreadable`` says why)

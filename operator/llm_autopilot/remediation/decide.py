@@ -52,6 +52,9 @@ class Evidence:
     rollout_complete: bool = True
     #: identifies the plan in force (KV-saturation evidence is keyed on it)
     plan_id: str = ""
+    #: a new pod's burn-in found the KV cache too small (desired/burn_in.py), and the key that names it
+    burn_in: Classification | None = None
+    burn_in_key: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,10 @@ def _pick(evidence: Evidence, state: RemediationState, policy: RemediationPolicy
     if kv is not None and state.last_step_time is not None and (now - state.last_step_time).total_seconds() < window:
         kv = None  # the window must lie wholly after the last step: judge the new settings, not the old
     crash = evidence.crash
+    fresh_crash = crash is not None and crash.key != state.last_evidence
+    if evidence.burn_in is not None and evidence.burn_in_key != state.last_evidence and not fresh_crash:
+        # a pod of the plan in force, before any traffic: like its crash, it judges the settings that run now
+        return evidence.burn_in, evidence.burn_in_key, True
     if kv is not None and (crash is None or crash.key == state.last_evidence):
         return kv, f"kv-saturation/{evidence.plan_id}/{int(now.timestamp() // window)}", False
     if crash is not None and crash.key != state.last_evidence:

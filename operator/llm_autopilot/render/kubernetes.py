@@ -18,6 +18,7 @@ from llm_autopilot.api import GROUP, KIND, VERSION
 from llm_autopilot.api.kubernetes_rules import parse_quantity
 from llm_autopilot.api.v1alpha1 import HUB_TOKEN_ENV, LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
+from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from llm_autopilot.planner.plan import Plan
 from llm_autopilot.render import cache, model_volume, rollout
 from llm_autopilot.render.model_volume import downloads
@@ -318,11 +319,18 @@ def deployment(inputs: WorkloadInputs, *, replicas: int | None = None) -> dict[s
             "strategy": rollout.strategy(inputs.surge),
             "template": {
                 "metadata": {"labels": labels(owner), "annotations": {PLAN_HASH: plan_hash(inputs)}},
-                "spec": pod_spec(inputs, vllm),
+                "spec": burn_in_gate(inputs, pod_spec(inputs, vllm)),
             },
         },
     }
     return _with_hash(obj)
+
+
+def burn_in_gate(inputs: WorkloadInputs, spec: dict[str, Any]) -> dict[str, Any]:
+    """With spec.verification.burnIn, the pod is Ready (in the Services) only once the operator's burn-in passed."""
+    if inputs.spec.verification.burn_in is None:
+        return spec
+    return {**spec, "readinessGates": [{"conditionType": BURN_IN_GATE}]}
 
 
 def service(inputs: WorkloadInputs, pod_selector: dict[str, str] | None = None) -> dict[str, Any]:
