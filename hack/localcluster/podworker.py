@@ -533,11 +533,10 @@ class PodWorker(threading.Thread):
             status = "True" if ok else "False"
             old = previous.get(type_) or {}
             since = old.get("lastTransitionTime") if old.get("status") == status else now
-            out = {"type": type_, "status": status, "lastProbeTime": None, "lastTransitionTime": since}
-            if reason and not ok:
-                out["reason"] = reason
-                if message:
-                    out["message"] = message
+            # reason and message always named (null: none), so the strategic merge removes a stale one
+            out = {"type": type_, "status": status, "lastProbeTime": None, "lastTransitionTime": since,
+                   "reason": reason if reason and not ok else None,
+                   "message": message if reason and not ok and message else None}
             return out
 
         not_ready = "PodCompleted" if finished else "ContainersNotReady"

@@ -342,7 +342,11 @@ def test_a_burn_in_finds_the_kv_room_too_small_for_its_concurrency_and_remediati
     kv_room(tokens_per_room * 512)
     spec = tiny("burn", serving={"maxModelLen": 2048, "expectedConcurrency": 8},
                 vllm={"gpuMemoryUtilization": 0.6},
-                verification={"burnIn": {"maxTokens": 16, "timeoutSeconds": 240}})
+                # the ladder may halve max_num_seqs to 2 (default floor 8): a burn-in of 2 requests fits the room
+                remediation={"floors": {"minMaxNumSeqs": 2}},
+                # outputs long enough that the first request still runs when the last one is prefilled: the
+                # 8 are then in the KV cache together if it holds them
+                verification={"burnIn": {"maxTokens": 64, "timeoutSeconds": 240}})
     started = time.monotonic()
     with operator_for(kubectl, namespace, tmp_path):
         apply(kubectl, namespace, spec)
@@ -355,7 +359,11 @@ def test_a_burn_in_finds_the_kv_room_too_small_for_its_concurrency_and_remediati
         step = wait_for("a remediation step on the burn-in's evidence", failed_burn_in, timeout=START_SECONDS + 300,
                         interval=3)
         assert step["signal"] == "KVSaturation" and step["evidence"]["source"] == "burn-in", step
-        assert int(step["evidence"]["preemptions"]) > 0 or step["evidence"]["peakUsage"] == "100%", step
+        # vLLM's own figures: it preempted, or its cache was full with requests waiting, or it never ran the 8
+        # together (what it does here: the tiny model answers one by one as fast as blocks free up)
+        evidence = step["evidence"]
+        assert (int(evidence["preemptions"]) > 0 or not evidence["fullWhileWaiting"].startswith("0/")
+                or float(evidence["peakRunning"]) < 8), evidence
         failed_pod = step["evidence"]["pod"]
         found = kubectl.maybe("pod", failed_pod, "-n", namespace)
         if found is not None:  # the step's rollout may already have removed it
@@ -364,7 +372,8 @@ def test_a_burn_in_finds_the_kv_room_too_small_for_its_concurrency_and_remediati
             assert conditions["Ready"]["status"] == "False", conditions
             assert conditions["ContainersReady"]["status"] == "True", conditions
         report("burn-in failed, remediated before Ready", pod=failed_pod, action=step["action"],
-               preemptions=step["evidence"]["preemptions"], peakUsage=step["evidence"]["peakUsage"],
+               preemptions=evidence["preemptions"], peakUsage=evidence["peakUsage"],
+               peakRunning=evidence["peakRunning"], peakWaiting=evidence["peakWaiting"],
                seconds=round(time.monotonic() - started))
         # the ladder goes on until a plan's burn-in passes; that pod is Ready and serves
         pod = serving(kubectl, namespace, "burn", timeout=START_SECONDS + 900)

@@ -66,6 +66,7 @@ def test_prompts_share_no_cached_prefix_block_and_stay_in_the_vocabulary() -> No
 LOAD = BurnInLoad(model="tiny", port=8000, requests=8, prompt_tokens=1843, max_tokens=16, timeout_seconds=300)
 HEALTHY = BurnInMeasurement(completed=8, sent=8, preemptions=0, peak_kv_usage=0.62, peak_waiting=3, peak_running=8,
                             samples=40, generated_tokens=128, wall_seconds=20.0)
+SHORT = BurnInLoad(model="tiny", port=8000, requests=8, prompt_tokens=1851, max_tokens=8, timeout_seconds=300)
 
 
 @dataclass(frozen=True)
@@ -83,9 +84,10 @@ CASES = [
          "8/8 answered in 20s, peak KV usage 62%, 0 preemptions"),
     Case("preempted", replace(HEALTHY, preemptions=5, peak_kv_usage=1.0), False, "KVCacheTooSmall",
          Signal.KV_SATURATION, "vLLM preempted 5 times"),
-    Case("full with requests waiting", replace(HEALTHY, peak_kv_usage=0.995, peak_waiting=2), False,
-         "KVCacheTooSmall", Signal.KV_SATURATION, "the KV cache was full with 2 requests waiting"),
-    Case("full with nothing waiting fits exactly", replace(HEALTHY, peak_kv_usage=1.0, peak_waiting=0), True,
+    Case("full with requests waiting", replace(HEALTHY, peak_kv_usage=1.0, peak_waiting=4, full_while_waiting=3),
+         False, "KVCacheTooSmall", Signal.KV_SATURATION,
+         "the KV cache was full (at least 95%) with requests waiting in 3 of 40 samples"),
+    Case("full at one time, waiting at another: fits", replace(HEALTHY, peak_kv_usage=1.0, peak_waiting=2), True,
          BURN_IN_PASSED, None, "peak KV usage 100%"),
     Case("a request failed", replace(HEALTHY, completed=7, errors=1, first_error="HTTP 500: engine dead"), False,
          "RequestsFailed", None, "1 of 8 requests failed (HTTP 500: engine dead)"),
@@ -93,6 +95,10 @@ CASES = [
          "not answered within 300s"),
     Case("metrics unreadable: passed, and said", replace(HEALTHY, samples=0, peak_kv_usage=None, peak_waiting=None),
          True, BURN_IN_PASSED, None, "vLLM's /metrics could not be read"),
+    Case("never together: at most 4 of 8 ran, the others waited", replace(HEALTHY, peak_running=4, peak_waiting=4),
+         False, "KVCacheTooSmall", Signal.KV_SATURATION, "vLLM never ran the 8 requests together: at most 4 at once"),
+    Case("all 8 ran together once: fits", replace(HEALTHY, peak_running=8, peak_waiting=7), True, BURN_IN_PASSED,
+         None, "8/8 answered"),
     Case("preemptions outrank a failed request", replace(HEALTHY, preemptions=1, errors=1, completed=7), False,
          "KVCacheTooSmall", Signal.KV_SATURATION, "preempted 1 times"),
 ]
@@ -110,6 +116,12 @@ def test_a_measurement_judged(case: Case) -> None:
         assert verdict.signal.evidence["source"] == "burn-in"
         assert verdict.signal.evidence["pod"] == "pod-a"
         assert "holds fewer than 8 requests of 1859 tokens" in verdict.signal.summary
+
+
+def test_outputs_too_short_to_overlap_are_not_judged_on_running_together() -> None:
+    apart = replace(HEALTHY, peak_running=4, peak_waiting=4)
+    assert not judge("pod-a", LOAD, apart, gpus=1).passed
+    assert judge("pod-a", SHORT, apart, gpus=1).passed  # 8 tokens each: the first may end before the last starts
 
 
 def _verdict(pod: str, passed: bool, seconds: float = 10.0) -> BurnInVerdict:

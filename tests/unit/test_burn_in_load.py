@@ -58,7 +58,7 @@ def test_a_healthy_run_sends_the_load_and_reads_the_peaks() -> None:
     m = run_load("10.0.0.7", LOAD, transport=httpx.MockTransport(server), sample_every=0.01)
     assert (m.completed, m.sent, m.errors, m.timed_out) == (4, 4, 0, False)
     assert m.generated_tokens == 32 and m.preemptions == 0 and m.samples >= 1
-    assert m.peak_kv_usage == 0.4 and m.peak_waiting == 1 and m.peak_running == 4
+    assert m.peak_kv_usage == 0.4 and m.peak_waiting == 1 and m.peak_running == 4 and m.full_while_waiting == 0
     prompts = sorted(tuple(b["prompt"]) for b in server.bodies)  # type: ignore[arg-type]
     assert prompts == sorted(tuple(LOAD.prompt(i)) for i in range(4))
     assert all(b["max_tokens"] == 8 and b["ignore_eos"] is True and b["model"] == "tiny" for b in server.bodies)
@@ -69,6 +69,7 @@ def test_preemptions_are_counted_from_the_counter_before_the_run() -> None:
     m = run_load("10.0.0.7", LOAD, transport=httpx.MockTransport(Server(usage=1.0, waiting=2, preempted=3)),
                  sample_every=0.01)
     assert m.preemptions == 3 and m.peak_kv_usage == 1.0 and m.peak_waiting == 2
+    assert 1 <= m.full_while_waiting <= m.samples  # the busy samples: full, with requests waiting
 
 
 def test_failed_requests_are_errors_never_exceptions() -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from llm_autopilot.domain.burn_in import BurnInLoad, BurnInMeasurement
+from llm_autopilot.domain.burn_in import FULL_KV_USAGE, BurnInLoad, BurnInMeasurement
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.vllm.metrics import KV_CACHE_USAGE_NAMES, PREEMPTIONS, REQUESTS_RUNNING, REQUESTS_WAITING
 
@@ -72,6 +72,7 @@ class _Sampler:
     """The peaks of vLLM's gauges over the run's samples."""
 
     samples: int = 0
+    full_while_waiting: int = 0
     usage: float | None = None
     waiting: float | None = None
     running: float | None = None
@@ -80,8 +81,11 @@ class _Sampler:
     def add(self, values: dict[str, float]) -> None:
         self.samples += 1
         usage = next((values[n] for n in KV_CACHE_USAGE_NAMES if n in values), None)
+        waiting = values.get(REQUESTS_WAITING)
+        if usage is not None and usage >= FULL_KV_USAGE and (waiting or 0) >= 1:
+            self.full_while_waiting += 1
         self.usage = _peak(self.usage, usage)
-        self.waiting = _peak(self.waiting, values.get(REQUESTS_WAITING))
+        self.waiting = _peak(self.waiting, waiting)
         self.running = _peak(self.running, values.get(REQUESTS_RUNNING))
         counter = _counter(values, PREEMPTIONS)
         if counter is not None:
@@ -95,7 +99,7 @@ def _peak(current: float | None, value: float | None) -> float | None:
 
 
 def run_load(address: str, load: BurnInLoad, *, transport: httpx.BaseTransport | None = None,
-             clock: Callable[[], float] = time.monotonic, sample_every: float = 0.5) -> BurnInMeasurement:
+             clock: Callable[[], float] = time.monotonic, sample_every: float = 0.1) -> BurnInMeasurement:
     """Send ``load`` to the vLLM at ``address`` and measure it (see the module's docstring)."""
     url = base_url(address, load.port)
     started = clock()
@@ -156,7 +160,8 @@ def run_load(address: str, load: BurnInLoad, *, transport: httpx.BaseTransport |
     return BurnInMeasurement(
         completed=completed, sent=load.requests, errors=len(errors), first_error=errors[0] if errors else "",
         timed_out=timed_out, preemptions=preemptions, peak_kv_usage=sampler.usage, peak_waiting=sampler.waiting,
-        peak_running=sampler.running, samples=sampler.samples, generated_tokens=generated,
+        peak_running=sampler.running, samples=sampler.samples, full_while_waiting=sampler.full_while_waiting,
+        generated_tokens=generated,
         wall_seconds=round(clock() - started, 3))
 
 

@@ -15,13 +15,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llm_autopilot.domain.burn_in import BurnInLoad, BurnInMeasurement
+from llm_autopilot.domain.burn_in import FULL_KV_USAGE, BurnInLoad, BurnInMeasurement
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.remediation.classify import Classification, Signal
 
 BURN_IN_PASSED = "BurnInPassed"
-#: a KV cache this full, with a request waiting, holds fewer requests than the load sent
-FULL_KV_USAGE = 0.99
 #: token ids are drawn from the first ids of the vocabulary (every tokenizer has them)
 PROMPT_VOCAB = 1000
 
@@ -80,16 +78,20 @@ def judge(pod: str, load: BurnInLoad, m: BurnInMeasurement, *, gpus: int) -> Bur
     figures = (f"{shape}: {m.completed}/{m.sent} answered in {m.wall_seconds:.0f}s, peak KV usage "
                f"{_share(m.peak_kv_usage)}, {m.preemptions:g} preemptions, peak waiting {_count(m.peak_waiting)}, "
                f"{gpu_seconds:g} GPU-seconds")
-    if m.preemptions > 0 or (m.peak_kv_usage is not None and m.peak_kv_usage >= FULL_KV_USAGE
-                             and (m.peak_waiting or 0) >= 1):
+    apart = never_together(load, m)
+    if m.preemptions > 0 or m.full_while_waiting > 0 or apart:
         what = (f"vLLM preempted {m.preemptions:g} times" if m.preemptions > 0
-                else f"the KV cache was full with {m.peak_waiting:g} requests waiting")
+                else f"the KV cache was full (at least {FULL_KV_USAGE:.0%}) with requests waiting in "
+                     f"{m.full_while_waiting} of {m.samples} samples" if m.full_while_waiting > 0
+                else f"vLLM never ran the {load.requests} requests together: at most {m.peak_running:g} at once, "
+                     f"up to {m.peak_waiting:g} waiting")
         summary = (f"burn-in on {pod}: {shape}, {what}; the KV cache holds fewer than {load.requests} "
                    f"requests of {load.prompt_tokens + load.max_tokens} tokens")
         evidence = {"source": "burn-in", "pod": pod, "requests": str(load.requests),
                     "promptTokens": str(load.prompt_tokens), "maxTokens": str(load.max_tokens),
                     "preemptions": f"{m.preemptions:g}", "peakUsage": _share(m.peak_kv_usage),
                     "peakWaiting": _count(m.peak_waiting), "peakRunning": _count(m.peak_running),
+                    "fullWhileWaiting": f"{m.full_while_waiting}/{m.samples}",
                     "wallSeconds": f"{m.wall_seconds:.1f}"}
         return BurnInVerdict(pod, False, "KVCacheTooSmall", f"{pod}: {what}; {figures}", gpu_seconds,
                              Classification(Signal.KV_SATURATION, summary, evidence=evidence))
@@ -102,6 +104,15 @@ def judge(pod: str, load: BurnInLoad, m: BurnInMeasurement, *, gpus: int) -> Bur
                              f"{pod}: not answered within {load.timeout_seconds:g}s; {figures}", gpu_seconds)
     unread = "" if m.samples else " (vLLM's /metrics could not be read: no preemption or KV figures)"
     return BurnInVerdict(pod, True, BURN_IN_PASSED, f"{pod}: {figures}{unread}", gpu_seconds)
+
+
+def never_together(load: BurnInLoad, m: BurnInMeasurement) -> bool:
+    """vLLM kept requests waiting and never ran them all at once although their outputs overlap: each output
+    (``max_tokens`` decode steps) outlasts the prefills of the others (at most one a step), so a KV cache that
+    holds them all runs them all together. With shorter outputs the first ones may finish first: not judged."""
+    overlap = load.max_tokens >= 2 * load.requests
+    return (overlap and m.samples >= 3 and m.peak_running is not None and m.peak_running < load.requests
+            and (m.peak_waiting or 0) >= 1 and m.completed == load.requests)
 
 
 def evidence_key(plan_hash: str, pod: str) -> str:

@@ -10,6 +10,9 @@ from dataclasses import dataclass
 
 #: the pod condition the readiness gate waits on: Ready (and so the Services' endpoints) only once it is True
 BURN_IN_GATE = "llm-autopilot.io/burn-in"
+#: a KV cache this full while a request waits holds fewer requests than the load sent: while the cache has
+#: room, a request waits only for the prefill budget (chunked prefill), and then the running ones hold less
+FULL_KV_USAGE = 0.95
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,9 @@ class BurnInMeasurement:
     peak_kv_usage: float | None = None
     peak_waiting: float | None = None
     peak_running: float | None = None
-    #: samples of /metrics read (0: the gauges above are unknown)
+    #: samples of /metrics read (0: the gauges above are unknown), and those with the KV cache full
+    #: (``FULL_KV_USAGE``) while a request waited
     samples: int = 0
+    full_while_waiting: int = 0
     generated_tokens: int = 0
     wall_seconds: float = 0.0
