@@ -294,6 +294,11 @@ class ModelSource(APIModel):
     )
 
     @property
+    def served_name(self) -> str:
+        """The name clients ask vLLM for (``--served-model-name``): servedModelName, else the Hub id."""
+        return self.served_model_name or self.name.removeprefix("hf://")
+
+    @property
     def location(self) -> Source:
         """Where the checkpoint is read from (the Hub id in ``name`` unless ``source`` says otherwise)."""
         return parse_source(self.source) if self.source else HubSource(self.name.removeprefix("hf://"))
@@ -893,7 +898,7 @@ class LLMDeploymentSpec(APIModel):
 
     @model_validator(mode="after")
     def _lora_names(self) -> LLMDeploymentSpec:
-        served = self.model.served_model_name or self.model.name.removeprefix("hf://")
+        served = self.model.served_name
         for i, adapter in enumerate(self.lora.adapters if self.lora else []):
             if adapter.name == served:
                 raise invalid(f"lora.adapters[{i}].name {adapter.name!r} is the base model's served name; requests "

@@ -133,6 +133,6 @@ def condition(pods: Sequence[tuple[str, BurnInVerdict | None]]) -> tuple[bool | 
     if not pods:
         return None, "BurnInPending", "no pod of the plan has started yet"
     total = sum(v.gpu_seconds for _, v in pods if v is not None)
-    worst = pods[-1][1]
-    assert worst is not None
-    return True, BURN_IN_PASSED, f"{len(pods)} pods passed, {total:g} GPU-seconds; last: {worst.message}"
+    last = pods[-1][1]
+    assert last is not None
+    return True, BURN_IN_PASSED, f"{len(pods)} pods passed, {total:g} GPU-seconds; last: {last.message}"

@@ -179,7 +179,7 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
            settings: OperatorDefaults, live: Live | None = None) -> Rendered:
     assert isinstance(choice.result, Plan) and choice.pool is not None
     plan, spec = choice.result, ctx.spec
-    served_name = spec.model.served_model_name or spec.model.name.removeprefix("hf://")
+    served_name = spec.model.served_name
     local = cache.model_path() if ctx.cache_claim else model_volume.model_path(spec)
     lora_runtime = lora_sync.runtime(spec, plan.config)
     args = render_vllm_args(plan, ServeOptions(served_model_name=served_name,
@@ -655,8 +655,7 @@ class _Pass:
         settings = burn_in.BurnInSettings(
             concurrency=spec.concurrency or ctx.spec.serving.expected_concurrency or 1, max_tokens=spec.max_tokens,
             timeout_seconds=float(spec.timeout_seconds), max_total_tokens=spec.max_total_tokens)
-        served = ctx.spec.model.served_model_name or ctx.spec.model.name.removeprefix("hf://")
-        load = burn_in.load_for(config, model=served, port=VLLM_PORT, settings=settings)
+        load = burn_in.load_for(config, model=ctx.spec.model.served_name, port=VLLM_PORT, settings=settings)
         known = _known_burn_in(self.status.get("burnIn"), r.plan_hash)
         judged: list[tuple[str, burn_in.BurnInVerdict | None]] = []
         records: list[PodBurnInStatus] = []
