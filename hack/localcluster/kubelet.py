@@ -19,6 +19,17 @@ the operator plans for it from its memory label. The container's "image" is the 
 the node's ``llm-autopilot.io/kv-cache-memory-bytes`` annotation, default 64 MiB): the KV room a CPU
 backend is given instead of what a GPU's free memory would leave, so a test can make it smaller than the
 planner believed.
+
+Opt-in, per node: a simulated device's memory. With the node annotation
+``llm-autopilot.io/device-memory-bytes`` (limited to the pods of one namespace by
+``llm-autopilot.io/device-memory-namespace``, when set), a ``vllm serve`` container gets no
+``--kv-cache-memory-bytes``; instead the memory nodes' ``meminfo`` it sees (bound over
+``/sys/devices/system/node/node*/meminfo`` in its own mount namespace) says that size, all free. vLLM's CPU
+worker then does a GPU's accounting (0.32.0, ``v1/worker/cpu_worker.py``): its budget is that size x
+``--gpu-memory-utilization``, its KV cache is the budget less its process's RSS after loading (weights, LoRA
+slots, torch), and when nothing is left it fails as vLLM fails ("... on kv cache allocation is less than
+requested memory for kv (-x/y GiB)"). The size is the simulation (of a GPU's capacity); the accounting, the
+failure and its message are vLLM's own. Without the annotation nothing changes.
 """
 
 from __future__ import annotations
@@ -43,7 +54,7 @@ from .api import Api
 from .crilog import read_log, rfc3339_nano
 from .paths import HACK_DIR, ClusterError
 from .podnet import Bridge
-from .podworker import Environment, Image, PodWorker
+from .podworker import Environment, Image, PodWorker, StandIns
 from .state import Cluster
 
 POOL = "vllm-cpu"
@@ -53,6 +64,10 @@ NODE_COUNT = 2
 TAINT_KEY = "llm-autopilot.io/process-node"
 KV_BYTES_ANNOTATION = "llm-autopilot.io/kv-cache-memory-bytes"
 DEFAULT_KV_BYTES = 64 * 2**20
+#: opt-in: vLLM sees a device of this many bytes (a memory node's meminfo) instead of a fixed KV room
+DEVICE_MEMORY_ANNOTATION = "llm-autopilot.io/device-memory-bytes"
+#: ... only for the pods of this namespace (a test's own, so that others sharing the node are unaffected)
+DEVICE_MEMORY_NAMESPACE_ANNOTATION = "llm-autopilot.io/device-memory-namespace"
 #: the simulated GPU: unknown to the catalog, so planned from its memory label (as any GFD-labelled GPU)
 GPU_PRODUCT = "LLM-Autopilot-CPU-Simulated-2GB"
 GPU_MEMORY_MIB = 2048
@@ -83,6 +98,27 @@ def node_manifest(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": labels, "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
             "spec": {"taints": [{"key": TAINT_KEY, "value": "true", "effect": "NoSchedule"}]}}
+
+
+def _positive(text: str | None) -> int | None:
+    try:
+        value = int(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and value > 0 else None
+
+
+def stand_ins_for(argv: list[str], annotations: dict[str, str], namespace: str) -> StandIns:
+    """What a ``vllm serve`` container on a node with ``annotations`` gets: a simulated device's memory where
+    the node says so for this namespace, else a KV room (the node's, default 64 MiB) unless its args set one."""
+    device = _positive(annotations.get(DEVICE_MEMORY_ANNOTATION))
+    only = annotations.get(DEVICE_MEMORY_NAMESPACE_ANNOTATION)
+    if device is not None and (not only or only == namespace):
+        return StandIns(device_memory_bytes=device)
+    if any(a.startswith("--kv-cache-memory-bytes") for a in argv):
+        return StandIns()
+    return StandIns(args=("--kv-cache-memory-bytes", str(_positive(annotations.get(KV_BYTES_ANNOTATION))
+                                                           or DEFAULT_KV_BYTES)))
 
 
 class Kubelet:
@@ -131,23 +167,21 @@ class Kubelet:
         # pod reads as its model): compiling anew costs every start a minute on these machines
         base["VLLM_CACHE_ROOT"] = str(vllm_cpu.compile_cache())
         return Environment(images={"": vllm_image, OPERATOR_COMMAND: operator_image}, base_env=base,
-                           extra_args=self._stand_ins)
+                           stand_ins=self._stand_ins)
 
-    def _stand_ins(self, container: dict[str, Any], node: str) -> list[str]:
+    def _stand_ins(self, pod: dict[str, Any], container: dict[str, Any], node: str) -> StandIns:
         argv = [*(container.get("command") or []), *(container.get("args") or [])]
-        if argv[:2] != ["vllm", "serve"] or any(a.startswith("--kv-cache-memory-bytes") for a in argv):
-            return []
-        return ["--kv-cache-memory-bytes", str(self.kv_bytes(node))]
+        if argv[:2] != ["vllm", "serve"]:
+            return StandIns()
+        return stand_ins_for(argv, self.node_annotations(node), str(pod["metadata"].get("namespace", "")))
 
-    def kv_bytes(self, node: str) -> int:
-        """The node's KV room, read when a container starts (so a test's annotation applies to the next start)."""
+    def node_annotations(self, node: str) -> dict[str, str]:
+        """The node's annotations, read when a container starts (so a test's annotation applies to the next
+        start); none when the API server does not answer."""
         code, body = self.api.request("GET", f"/api/v1/nodes/{node}")
-        annotation = ((body.get("metadata") or {}).get("annotations") or {}).get(KV_BYTES_ANNOTATION) \
-            if code == 200 and isinstance(body, dict) else None
-        try:
-            return int(annotation) if annotation else DEFAULT_KV_BYTES
-        except ValueError:
-            return DEFAULT_KV_BYTES
+        if code != 200 or not isinstance(body, dict):
+            return {}
+        return dict((body.get("metadata") or {}).get("annotations") or {})
 
     def event(self, pod: dict[str, Any], type_: str, reason: str, message: str) -> None:
         meta = pod["metadata"]

@@ -106,6 +106,9 @@ class Container:
     oom_kills_before: int = 0
     last_exit: runtime.Exit | None = None
     last_message: str = ""
+    # the exit before last_exit: a container that ends for good after a restart shows it in lastState, as the
+    # kubelet does (state.terminated is the final exit; a Job retried in place keeps saying why it was)
+    earlier_exit: tuple[runtime.Exit, str] | None = None
     waiting: tuple[str, str] | None = ("ContainerCreating", "")
     backoff: float = 0.0  # current back-off, 0 = none yet
     backoff_updated: float = 0.0
@@ -139,12 +142,22 @@ class Image:
 
 
 @dataclasses.dataclass(frozen=True)
+class StandIns:
+    """What the kubelet gives a container for what a CPU has no notion of (documented in kubelet.py)."""
+
+    args: tuple[str, ...] = ()
+    #: a simulated device's memory: the memory nodes' meminfo the container sees says this size, all free
+    #: (None: the host's own)
+    device_memory_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Environment:
     """What the kubelet gives every container on its nodes."""
 
     images: dict[str, Image]  # by the command's first word; "" for every other command (the CPU vLLM)
     base_env: dict[str, str]
-    extra_args: Callable[[dict[str, Any], str], list[str]]  # documented CPU stand-ins: (container spec, node)
+    stand_ins: Callable[[dict[str, Any], dict[str, Any], str], StandIns]  # (pod, container spec, node)
 
     def image(self, spec: dict[str, Any]) -> Image:
         argv = [*(spec.get("command") or []), *(spec.get("args") or [])]
@@ -154,6 +167,12 @@ class Environment:
 
 class VolumeNotReady(runtime.StartError):
     """A volume cannot be mounted yet (unbound claim, missing volume): the kubelet retries soon (FailedMount)."""
+
+
+def memory_nodes(sysfs: Path = Path("/sys")) -> list[int]:
+    """The host's memory nodes that have a meminfo (the container shares the host's kernel, so its own)."""
+    found = sysfs.glob("devices/system/node/node*/meminfo")
+    return sorted(int(p.parent.name.removeprefix("node")) for p in found if p.parent.name[4:].isdigit())
 
 
 def restarts(policy: str | None, exit_code: int) -> bool:
@@ -301,12 +320,14 @@ class PodWorker(threading.Thread):
             limit = quantity_bytes(((c.spec.get("resources") or {}).get("limits") or {}).get("memory"))
             cgroup = MemoryCgroup(self.kubelet.cgroup_parent, f"{self.uid}-{c.name}-{c.restart_count}")
             argv = [*(c.spec.get("command") or []), *(c.spec.get("args") or [])]
-            argv += self.kubelet.environment.extra_args(c.spec, self.kubelet_node)
+            stand_ins = self.kubelet.environment.stand_ins(self.pod, c.spec, self.kubelet_node)
+            argv += stand_ins.args
             c.oom_kills_before = 0
             mounts = self._mounts(c) + self._termination_mount(c)
             c.instance = runtime.start(network=self.network, cgroup=cgroup, memory_limit_bytes=limit, argv=argv,
                                        env=env, path=image.path, workdir=self.dir / "workdir",
-                                       log_path=self.log_path(c.name, c.restart_count), mounts=mounts)
+                                       log_path=self.log_path(c.name, c.restart_count), mounts=mounts,
+                                       sysfs_mounts=self._device_memory(c, stand_ins.device_memory_bytes))
         except VolumeNotReady as exc:
             if c.waiting != (exc.reason, exc.message):
                 self.kubelet.event(self.pod, "Warning", "FailedMount", exc.message)
@@ -362,6 +383,21 @@ class PodWorker(threading.Thread):
             mounts.append(runtime.Mount(
                 target=mount["mountPath"], source=None if memory else (folder / sub_path if sub_path else folder),
                 size_bytes=quantity_bytes(empty_dir.get("sizeLimit")), read_only=read_only))
+        return tuple(mounts)
+
+    def _device_memory(self, c: Container, total_bytes: int | None) -> tuple[runtime.Mount, ...]:
+        """A simulated device's memory (``StandIns.device_memory_bytes``): each memory node's meminfo, bound
+        over the container's /sys, says ``total_bytes``, all free. vLLM's CPU worker then sizes its KV cache as
+        a GPU worker does: the budget (that size x gpu_memory_utilization) less what loading used."""
+        if total_bytes is None:
+            return ()
+        mounts = []
+        for node in memory_nodes():
+            source = self.dir / c.name / f"{c.restart_count}.node{node}.meminfo"
+            source.parent.mkdir(parents=True, exist_ok=True)
+            source.write_text(runtime.simulated_meminfo(node, total_bytes))
+            mounts.append(runtime.Mount(target=runtime.NODE_MEMINFO.format(node=node), source=source, file=True,
+                                        create_source=False))
         return tuple(mounts)
 
     def _termination_mount(self, c: Container) -> tuple[runtime.Mount, ...]:
@@ -482,6 +518,7 @@ class PodWorker(threading.Thread):
             "terminationMessagePath") else ""
         fallback = (not written and c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError"
                     and ended.exit_code != 0)
+        c.earlier_exit = (c.last_exit, c.last_message) if c.last_exit is not None else None
         c.last_exit, c.last_message = ended, termination_message(log) if fallback else written
         self.kubelet.log(f"{self.namespace}/{self.name}/{c.name}: exited {ended.exit_code} ({ended.reason}), "
                          f"peak memory {ended.peak_memory_bytes / 2**20:.0f} MiB")
@@ -521,7 +558,7 @@ class PodWorker(threading.Thread):
     # --- status ----------------------------------------------------------------------------------------
 
     def _status(self) -> dict[str, Any]:
-        statuses = [self._container_status(c) for c in self.containers]
+        statuses = [container_status(c) for c in self.containers]
         all_ready = all(c.ready for c in self.containers)
         running = any(c.instance is not None or c.restart_count or c.terminated for c in self.containers)
         finished = all(c.terminated for c in self.containers)
@@ -562,32 +599,6 @@ class PodWorker(threading.Thread):
             status["podIPs"] = [{"ip": str(self.network.ip)}]
         return status
 
-    def _container_status(self, c: Container) -> dict[str, Any]:
-        state: dict[str, Any]
-        if c.instance is not None:
-            state = {"running": {"startedAt": c.instance.started_at}}
-        elif c.terminated and c.last_exit is not None:
-            state = {"terminated": self._terminated(c, c.last_exit)}
-        else:
-            reason, message = c.waiting or ("ContainerCreating", "")
-            state = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
-        last: dict[str, Any] = {}
-        if c.last_exit is not None and not c.terminated:
-            last = {"terminated": self._terminated(c, c.last_exit)}
-        return {"name": c.name, "image": c.spec.get("image", ""), "imageID": "", "ready": c.ready,
-                "started": c.instance is not None and c.started, "restartCount": c.restart_count,
-                "state": state, "lastState": last,
-                **({"containerID": c.instance.container_id} if c.instance is not None else {})}
-
-    @staticmethod
-    def _terminated(c: Container, ended: runtime.Exit) -> dict[str, Any]:
-        terminated: dict[str, Any] = {"exitCode": ended.exit_code, "reason": ended.reason,
-                                      "startedAt": ended.started_at, "finishedAt": ended.finished_at,
-                                      "containerID": ended.container_id}
-        if c.last_message:
-            terminated["message"] = c.last_message
-        return terminated
-
     def _report(self) -> None:
         status = self._status()
         if status != self._reported:
@@ -600,3 +611,33 @@ class PodWorker(threading.Thread):
             elif code != 404:
                 self.kubelet.log(f"{self.namespace}/{self.name}: status patch {code}: {str(body)[:300]}")
         self.kubelet.publish_targets(self)
+
+
+def container_status(c: Container) -> dict[str, Any]:
+    """One container's entry of ``status.containerStatuses``, as the kubelet writes it."""
+    state: dict[str, Any]
+    if c.instance is not None:
+        state = {"running": {"startedAt": c.instance.started_at}}
+    elif c.terminated and c.last_exit is not None:
+        state = {"terminated": _terminated(c.last_exit, c.last_message)}
+    else:
+        reason, message = c.waiting or ("ContainerCreating", "")
+        state = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+    last: dict[str, Any] = {}
+    if c.last_exit is not None and not c.terminated:
+        last = {"terminated": _terminated(c.last_exit, c.last_message)}
+    elif c.terminated and c.earlier_exit is not None:
+        last = {"terminated": _terminated(*c.earlier_exit)}
+    return {"name": c.name, "image": c.spec.get("image", ""), "imageID": "", "ready": c.ready,
+            "started": c.instance is not None and c.started, "restartCount": c.restart_count,
+            "state": state, "lastState": last,
+            **({"containerID": c.instance.container_id} if c.instance is not None else {})}
+
+
+def _terminated(ended: runtime.Exit, message: str) -> dict[str, Any]:
+    terminated: dict[str, Any] = {"exitCode": ended.exit_code, "reason": ended.reason,
+                                  "startedAt": ended.started_at, "finishedAt": ended.finished_at,
+                                  "containerID": ended.container_id}
+    if message:
+        terminated["message"] = message
+    return terminated

@@ -4,7 +4,8 @@ inside its pod's network namespace, with its output in a CRI-format log file.
 It runs the container's ``command`` and ``args`` exactly as the pod spec gives them, resolved on a PATH
 whose first entry is the CPU vLLM's virtual environment (the "image"), plus the only stand-ins this project
 documents for what a CPU has no notion of (``extra_args``, e.g. ``--kv-cache-memory-bytes`` for a GPU's KV
-room). What an instance ended with is reported as a CRI runtime does: exit code, ``OOMKilled`` when the
+room; or ``sysfs_mounts``: a simulated device's memory, as a memory node's ``meminfo`` that vLLM's CPU worker
+reads). What an instance ended with is reported as a CRI runtime does: exit code, ``OOMKilled`` when the
 cgroup counted an OOM kill, start and finish times.
 """
 
@@ -101,12 +102,47 @@ def resolve(executable: str, path: str) -> str | None:
     return shutil.which(executable, path=path)
 
 
+#: a memory node's meminfo, as the kernel writes it and vLLM's CPU worker reads it
+#: (``vllm/utils/cpu_resource_utils.py::get_memory_node_info``: MemTotal, and MemFree + Active(file) +
+#: Inactive(file) + SReclaimable as available)
+NODE_MEMINFO = "/sys/devices/system/node/node{node}/meminfo"
+_MEMINFO_KEYS = ("MemTotal", "MemFree", "MemUsed", "SwapCached", "Active", "Inactive", "Active(anon)",
+                 "Inactive(anon)", "Active(file)", "Inactive(file)", "Unevictable", "Mlocked", "Dirty", "Writeback",
+                 "FilePages", "Mapped", "AnonPages", "Shmem", "KernelStack", "PageTables", "Slab", "SReclaimable",
+                 "SUnreclaim")
+
+
+def simulated_meminfo(node: int, total_bytes: int) -> str:
+    """A memory node of ``total_bytes`` with all of it free and nothing else counted (no page cache, nothing
+    reclaimable): a device's memory before its process allocates, in the kernel's format ("Node 0 MemTotal:
+    1024 kB")."""
+    kib = total_bytes // 1024
+    values = {"MemTotal": kib, "MemFree": kib}
+    return "".join(f"Node {node} {key + ':':<16}{values.get(key, 0):>9} kB\n" for key in _MEMINFO_KEYS)
+
+
+def command_line(*, procs_file: Path, mounts: tuple[Mount, ...], network_prefix: list[str],
+                 sysfs_mounts: tuple[Mount, ...], executable: str, args: list[str]) -> list[str]:
+    """The container's process chain, each step ``exec``-ing the next (same PID throughout):
+    1. into the cgroup first: `ip netns exec` mounts the namespace's own /sys, which hides the cgroup tree;
+    2. a private mount namespace for the volumes;
+    3. the pod's network namespace: `ip netns exec` unshares the mount namespace again and mounts a fresh sysfs
+       on /sys, so
+    4. binds over /sys files (``sysfs_mounts``) come after it, or that sysfs would hide them."""
+    volumes = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+               " && ".join([*(m.shell() for m in mounts), 'exec "$@"']), "volumes"] if mounts else []
+    sysfs = ["/bin/sh", "-c", " && ".join([*(m.shell() for m in sysfs_mounts), 'exec "$@"']), "sysfs"] \
+        if sysfs_mounts else []
+    return ["/bin/sh", "-c", _ENTER_CGROUP, str(procs_file), *volumes, *network_prefix, *sysfs, executable, *args]
+
+
 def start(*, network: PodNetwork, cgroup: MemoryCgroup, memory_limit_bytes: int | None, argv: list[str],
-          env: dict[str, str], path: str, workdir: Path, log_path: Path, mounts: tuple[Mount, ...] = ()) -> Instance:
+          env: dict[str, str], path: str, workdir: Path, log_path: Path, mounts: tuple[Mount, ...] = (),
+          sysfs_mounts: tuple[Mount, ...] = ()) -> Instance:
     executable = resolve(argv[0], path) if argv else None
     if executable is None:
         raise StartError("CreateContainerError", f'executable "{argv[0] if argv else ""}" not found in $PATH ({path})')
-    for mount in mounts:
+    for mount in (*mounts, *sysfs_mounts):
         if mount.file:
             if mount.source is None or not mount.source.is_file():
                 raise StartError("CreateContainerError", f"file {mount.source} to mount at {mount.target} is missing")
@@ -117,12 +153,8 @@ def start(*, network: PodNetwork, cgroup: MemoryCgroup, memory_limit_bytes: int 
     cgroup.create(memory_limit_bytes)
     workdir.mkdir(parents=True, exist_ok=True)
     log = LogWriter(log_path)
-    # into the cgroup first: `ip netns exec` mounts the namespace's own /sys, which hides the cgroup tree;
-    # then a private mount namespace for the volumes, then the pod's network namespace
-    volumes = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
-               " && ".join([*(m.shell() for m in mounts), 'exec "$@"']), "volumes"] if mounts else []
-    command = ["/bin/sh", "-c", _ENTER_CGROUP, str(cgroup.procs_file), *volumes, *network.exec_prefix(),
-               executable, *argv[1:]]
+    command = command_line(procs_file=cgroup.procs_file, mounts=mounts, network_prefix=network.exec_prefix(),
+                           sysfs_mounts=sysfs_mounts, executable=executable, args=argv[1:])
     process = subprocess.Popen(command, env={**env, "PATH": path}, cwd=workdir, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     assert process.stdout is not None and process.stderr is not None

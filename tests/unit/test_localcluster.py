@@ -129,3 +129,28 @@ def test_readiness_gates_keep_a_pod_from_ready_in_the_kubelets_words() -> None:
     assert podworker.gate_problem(pod, {gate["type"]: gate}) == (
         'the status of pod readiness gate "llm-autopilot.io/burn-in" is not "True", but False')
     assert podworker.gate_problem(pod, {gate["type"]: {**gate, "status": "True"}}) is None
+
+
+def test_a_container_that_ends_after_a_restart_keeps_its_failed_try_in_last_state() -> None:
+    """As the kubelet: a Job's container retried in place (OnFailure) that then succeeds shows the success in
+    state.terminated and the failed try in lastState.terminated; while it waits to restart, lastState is the
+    failed try."""
+    from hack.localcluster import runtime  # noqa: PLC0415
+
+    failed = runtime.Exit(1, "Error", "t0", "t1", "cri://a")
+    done = runtime.Exit(0, "Completed", "t2", "t3", "cri://b")
+    c = podworker.Container(spec={"name": "fetch", "image": "i"}, restart_count=1, last_exit=failed,
+                            last_message="error: md5 mismatch", waiting=("CrashLoopBackOff", "back-off"))
+    waiting = podworker.container_status(c)
+    assert waiting["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}
+    assert waiting["lastState"]["terminated"]["message"] == "error: md5 mismatch"
+    c.earlier_exit, c.last_exit, c.last_message, c.terminated, c.waiting = (
+        (failed, "error: md5 mismatch"), done, '{"fetch": "complete"}', True, None)
+    finished = podworker.container_status(c)
+    assert finished["state"]["terminated"] == {"exitCode": 0, "reason": "Completed", "startedAt": "t2",
+                                               "finishedAt": "t3", "containerID": "cri://b",
+                                               "message": '{"fetch": "complete"}'}
+    assert finished["lastState"]["terminated"]["exitCode"] == 1
+    assert finished["lastState"]["terminated"]["message"] == "error: md5 mismatch"
+    c.earlier_exit = None  # a container that never restarted has no lastState
+    assert podworker.container_status(c)["lastState"] == {}

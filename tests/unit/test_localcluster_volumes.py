@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from hack.localcluster import crilog, local_path, runtime, s3
-from hack.localcluster.podworker import Environment, Image, VolumeNotReady, claim_source, restarts
+from hack.localcluster.podworker import Environment, Image, StandIns, VolumeNotReady, claim_source, restarts
 
 
 def claim(name: str = "data", *, uid: str = "u1", size: str = "64Mi", cls: str | None = "local-path",
@@ -126,7 +126,7 @@ def test_restart_policy(policy: str | None, code: int, again: bool) -> None:
 
 def test_an_llm_autopilot_command_runs_the_operator_image() -> None:
     env = Environment(images={"": Image("/vllm/bin:/usr/bin", None), "llm-autopilot": Image("/repo/.venv/bin", None)},
-                      base_env={}, extra_args=lambda spec, node: [])
+                      base_env={}, stand_ins=lambda pod, spec, node: StandIns())
     assert env.image({"command": ["llm-autopilot", "cache", "fill"]}).path == "/repo/.venv/bin"
     assert env.image({"command": ["vllm"], "args": ["serve", "m"]}).path == "/vllm/bin:/usr/bin"
     assert env.image({"args": ["llm-autopilot"]}).path == "/repo/.venv/bin"
