@@ -497,9 +497,14 @@ def prepare(s: Settings) -> Run:
 def start_operator(run: Run) -> None:
     """The namespaces, the operator, its webhook registered and called by the API server, the Planned watch."""
     api, op = run.api, run.op
+    # a previous run's namespaces are deleted in the background (Terminating): creating them again would fail
+    wait_until("a previous run's namespaces gone", lambda: all(
+        api.request("GET", f"/api/v1/namespaces/{ns}")[0] == 404 for ns in run.names), 600, interval=2)
     for ns in run.names:
-        api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        code, body = api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
             "name": ns, "labels": {BENCH_LABEL: "scale"}}})
+        if code != 201:
+            raise RuntimeError(f"namespace {ns}: {code} {body}")
     op.start()
     wait_until("the webhook to listen", lambda: op.alive() and listening(run.webhook_port), 120)
     ca = run.ca_file.read_bytes()

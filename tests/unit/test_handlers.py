@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -17,8 +18,10 @@ from prometheus_client import REGISTRY
 
 from llm_autopilot.api import PLURAL
 from llm_autopilot.controller import handlers
+from llm_autopilot.controller.burn_in_load import BurnInRunner
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.reconcile import Outcome
+from llm_autopilot.domain.burn_in import BurnInLoad, BurnInMeasurement
 from tests.unit.fakes import NAME, NAMESPACE, FakeCluster
 
 
@@ -42,10 +45,27 @@ def test_the_resync_timer_stops_once_its_object_is_deleted() -> None:
     assert timer.when is not None
     memo = kopf.Memo()
     assert timer.when(memo=memo)
-    asyncio.run(handlers.deletion_stops_resync(type="MODIFIED", memo=memo))
-    assert timer.when(memo=memo)
-    asyncio.run(handlers.deletion_stops_resync(type="DELETED", memo=memo))
+    body = kopf.Body({"metadata": {"name": "x", "namespace": "ns", "uid": "u1"}})  # type: ignore[typeddict-unknown-key]
+    asyncio.run(handlers.llmdeployment_event(type="MODIFIED", body=body, memo=memo, uid="u1"))
+    assert timer.when(memo=memo) and ("ns", "x") in handlers.LLMDEPLOYMENTS
+    asyncio.run(handlers.llmdeployment_event(type="DELETED", body=body, memo=memo, uid="u1"))
+    assert ("ns", "x") not in handlers.LLMDEPLOYMENTS
     assert not timer.when(memo=memo)  # Kopf stops a timer whose filter no longer matches
+
+
+def test_a_deleted_objects_burn_in_results_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = BurnInRunner(run=lambda address, load: BurnInMeasurement(completed=1, sent=1))
+    monkeypatch.setitem(handlers._state, "burn_ins", runner)
+    load = BurnInLoad(model="m", port=8000, requests=1, prompt_tokens=8, max_tokens=8, timeout_seconds=30.0)
+    runner.start("pod-1", "10.0.0.1", load, owner="llmd-uid")
+    runner.start("pod-2", "10.0.0.2", load, owner="other-uid")
+    deadline = time.monotonic() + 5
+    while runner.kept() < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    deleted = kopf.Body({"metadata": {"namespace": "ns", "name": "gone", "uid": "llmd-uid"}})
+    asyncio.run(handlers.llmdeployment_event(type="DELETED", body=deleted, memo=kopf.Memo(), uid="llmd-uid"))
+    assert runner.result("pod-1") is None and runner.result("pod-2") is not None
 
 
 SPEC = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4", "maxGPUs": 1},
@@ -63,6 +83,7 @@ class _NoGPUNodes:
 @pytest.fixture(autouse=True)
 def _no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(handlers, "kube", _NoGPUNodes)
+    monkeypatch.setitem(handlers._state, "node_view", handlers.NodeView(handlers.listed_gpu_nodes))
 
 
 def _review(operation: str, old_spec: dict[str, Any] | None, spec: dict[str, Any]) -> list[str]:
@@ -118,7 +139,8 @@ def test_an_update_that_leaves_the_spec_alone_is_admitted_without_a_review() -> 
 
 def test_routine_successes_are_debug_lines() -> None:
     routine = handlers.RoutineSuccess()
-    for message in ("Timer 'resync' succeeded.", "Indexer 'owned_pods' succeeded."):
+    for message in ("Timer 'resync' succeeded.", "Indexer 'gpu_nodes' succeeded.",
+                    "Handler 'llmdeployment-event' succeeded."):
         record = logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, message, None, None)
         routine.filter(record)
         assert record.levelno == logging.DEBUG

@@ -1,18 +1,20 @@
-"""The watches behind the reconcile (controller/observed.py and the indexes in handlers.py): summaries and their
-digests, the cluster view one handler call reads, and the Kopf wiring."""
+"""The watches behind the reconcile (controller/observed.py, controller/informers.py): summaries and their digests,
+the cluster view one handler call reads, and the wiring."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
+import kubernetes
 import pytest
+from kopf._core.intents.stoppers import DaemonStopper  # Kopf's own timer stop flag (no public constructor)
 
-from llm_autopilot.api import PLURAL
 from llm_autopilot.controller import handlers
 from llm_autopilot.controller import reconcile as reconciling
 from llm_autopilot.controller.kube import Kube
@@ -20,13 +22,18 @@ from llm_autopilot.controller.observed import (
     Summary,
     Watched,
     WatchedCluster,
+    child_entry,
     child_summary,
     current_pods,
     llmd_summary,
+    node_entry,
     node_summary,
+    operator_watches,
+    pod_entry,
     pod_summary,
 )
 from llm_autopilot.controller.quiet import QuietMemory, Seen
+from llm_autopilot.render import groups
 from llm_autopilot.render.kubernetes import INPUT_HASH, OWNER_LABEL, PLAN_HASH
 from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, Run
 
@@ -97,6 +104,14 @@ def test_the_summaries_keep_the_shape_the_reconcile_reads() -> None:
     assert node_summary(changed(NODE, _set(["spec", "unschedulable"], True))) is None  # cordoned
     pod = pod_summary(POD).body
     assert pod["status"]["containerStatuses"][0]["restartCount"] == 0 and pod["status"]["ready"] == "True"
+    assert "labels" not in pod["metadata"]  # a Deployment's pod: no label kept
+    # a group pod keeps the labels that give its group and rank (verification per stage, the leader's burn-in)
+    group_pod = changed(POD, _set(["metadata", "labels"], {
+        "app.kubernetes.io/instance": "x", "llm-autopilot.io/group": "0", "apps.kubernetes.io/pod-index": "1",
+        "controller-revision-hash": "x-0-5d8f"}))
+    kept = pod_summary(group_pod).body["metadata"]["labels"]
+    assert kept == {"llm-autopilot.io/group": "0", "apps.kubernetes.io/pod-index": "1"}
+    assert groups.rank_of(kept) == ("0", 1)
 
 
 class _Index(dict[Any, list[Summary]]):
@@ -154,6 +169,17 @@ def test_the_watched_cluster_reads_from_the_indexes_and_writes_only_what_changed
         cluster.pods("ns", "app=x")
 
 
+def test_the_optional_crds_are_answered_from_their_watch() -> None:
+    kube = _Kube()
+    cluster = WatchedCluster(kube, _watched(crds=_Index({"scaledobjects.keda.sh": [True]})))
+    assert cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "scaledobjects.keda.sh", "") is not None
+    assert cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition",
+                       "leaderworkersets.leaderworkerset.x-k8s.io", "") is None
+    assert kube.reads == []  # from memory
+    cluster.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "other.example.com", "")
+    assert kube.reads == [("CustomResourceDefinition", "other.example.com")]  # not watched: asked
+
+
 def test_children_the_watches_do_not_hold_are_read_before_writing() -> None:
     """A group's StatefulSet (no index) and a parked Deployment (the owner label dropped, so out of the index):
     an unchanged one is not written again on every full reconcile."""
@@ -179,35 +205,47 @@ def test_the_digest_of_an_object_covers_nodes_children_and_pods() -> None:
     assert current_pods([pod_summary(POD)], "p1") == ["x-1"] and current_pods([pod_summary(POD)], "p2") == []
 
 
-# --- the Kopf wiring -----------------------------------------------------------------------------------------
+# --- the wiring ----------------------------------------------------------------------------------------------
 
 def _indexers() -> dict[str, Any]:
     return {h.id: h for h in kopf.get_default_registry()._indexing.get_all_handlers()}
 
 
-def test_nodes_children_pods_and_llmdeployments_are_indexed_from_filtered_watches(
+def test_kopf_indexes_only_the_gpu_nodes_and_the_operators_watches_are_filtered_by_the_api_server(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(handlers._state, "kube", _Kube())  # configure() connects; not here
+    """Kopf's index-readiness wait costs O(N^2) in the indexed objects: only the few GPU nodes (the webhook's
+    view) stay a Kopf index; the children, pods and nodes the reconciles read are the operator's own watches."""
+    kube = _Kube()
+    monkeypatch.setattr(handlers, "_state", {"kube": kube})  # configure() connects (not here) and keeps state
+    started: list[Kube] = []
+    monkeypatch.setattr(handlers, "start_watches", started.append)
     found = _indexers()
-    assert set(found) == {"gpu_nodes", "owned_deployments", "owned_services", "owned_disruption_budgets",
-                          "owned_pods", "llmdeployment_status"}
+    assert set(found) == {"gpu_nodes"}
     assert found["gpu_nodes"].selector.any_name == "nodes" and "nvidia.com/gpu.product" in found["gpu_nodes"].labels
-    for name in ("owned_deployments", "owned_services", "owned_disruption_budgets", "owned_pods"):
-        assert OWNER_LABEL in found[name].labels
-    assert found["llmdeployment_status"].selector.any_name == PLURAL
     settings = kopf.OperatorSettings()
     handlers.configure(settings=settings, logger=handlers.logger)
-    for resource, wanted in ((("v1", "nodes"), "nvidia.com/gpu.product"), (("v1", "pods"), OWNER_LABEL),
-                             (("apps", "v1", "deployments"), OWNER_LABEL), (("v1", "services"), OWNER_LABEL),
-                             (("policy", "v1", "poddisruptionbudgets"), OWNER_LABEL)):
-        assert settings.watching.label_selectors[resource] == wanted  # filtered by the API server
+    assert started == [kube] and handlers._state["peering"] is not settings.peering.standalone
+    assert settings.watching.label_selectors[("v1", "nodes")] == "nvidia.com/gpu.product"
+    kube.api = kubernetes.client.ApiClient()  # no request is made
+    watches = operator_watches(kube, ("ns-a", "ns-b"))
+    for name in ("deployments", "services", "disruption_budgets", "pods"):
+        assert [(i.namespace, i.label_selector) for i in watches[name]] == [("ns-a", OWNER_LABEL),
+                                                                             ("ns-b", OWNER_LABEL)]
+    assert [(i.namespace, i.label_selector) for i in watches["nodes"]] == [(None, "nvidia.com/gpu.product")]
+    assert sorted(i.field_selector for i in watches["crds"]) == [
+        "metadata.name=leaderworkersets.leaderworkerset.x-k8s.io", "metadata.name=scaledobjects.keda.sh"]
+    (everywhere,) = operator_watches(kube, ("e2e-op-*",))["pods"]
+    assert everywhere.namespace is None and everywhere.accept_namespace is not None
+    assert everywhere.accept_namespace("e2e-op-1") and not everywhere.accept_namespace("other")
 
 
-def test_indexers_summarise_and_drop_cordoned_nodes() -> None:
+def test_entries_summarise_and_drop_cordoned_nodes() -> None:
     assert asyncio.run(handlers.gpu_nodes(body=NODE))[None].body["gpus"] == 8
     assert asyncio.run(handlers.gpu_nodes(body=changed(NODE, _set(["spec", "unschedulable"], True)))) == {}
-    assert list(asyncio.run(handlers.owned_pods(body=POD, namespace="ns"))) == [("ns", "x")]
-    assert list(asyncio.run(handlers.owned_deployments(body=DEPLOYMENT))) == [("ns", "x")]
+    assert node_entry(NODE)[None].body["gpus"] == 8
+    assert list(pod_entry(POD)) == [("ns", "x")]
+    assert list(child_entry(DEPLOYMENT)) == [("ns", "x")]
+    assert child_entry(changed(DEPLOYMENT, _set(["metadata", "labels"], {}))) == {}  # not the operator's
 
 
 class _ParentReads(FakeCluster):
@@ -220,7 +258,7 @@ class _ParentReads(FakeCluster):
 
 def test_the_deployment_watch_reads_nothing_while_the_reconciles_inputs_are_unchanged(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The watch triggers the owner's reconcile; when the indexes show what its last full pass read (the quiet
+    """The watch triggers the owner's reconcile; when the watches show what its last full pass read (the quiet
     resync's fingerprint), it neither reads the LLMDeployment nor writes."""
     cluster = _ParentReads()
     monkeypatch.setitem(handlers._state, "kube", cluster)
@@ -230,24 +268,20 @@ def test_the_deployment_watch_reads_nothing_while_the_reconciles_inputs_are_unch
     run.once()
     cluster.llmd = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "uid", "generation": 1,
                                  "resourceVersion": "7"}, "spec": run.spec, "status": run.status}
-    index = _Index({(NAMESPACE, NAME): [llmd_summary(cluster.llmd)]})
+    monkeypatch.setattr(handlers, "LLMDEPLOYMENTS", {(NAMESPACE, NAME): llmd_summary(cluster.llmd)})
     watched = _watched(deployments=_Index({(NAMESPACE, NAME): [child_summary(cluster.deployment())]}))
-    indexes = {"gpu_nodes": watched.nodes, "owned_deployments": watched.deployments,
-               "owned_services": watched.services, "owned_disruption_budgets": watched.disruption_budgets,
-               "owned_pods": watched.pods}
     key = reconciling.quiet_key(generation=1, resource_version="7", spec_body={}, status={},
                                 observed=watched.digest_of(NAMESPACE, NAME), settings=handlers.SETTINGS)
     memory.remember("uid", Seen(fingerprint=key, metrics="", due=datetime.now(UTC) + timedelta(hours=1),
                                 settled=True, plan_hash=None, namespace=NAMESPACE))
-    handlers.deployment_changed(body=cluster.deployment(), namespace=NAMESPACE, type="MODIFIED",
-                                llmdeployment_status=index, **indexes)
+    handlers.owner_changed(NAMESPACE, NAME, watched)
     assert cluster.parent_reads == 0 and cluster.status_patches == []
     changed_deployment = changed(cluster.deployment(), _set(["status", "availableReplicas"], 0))
-    watched.deployments[(NAMESPACE, NAME)] = [child_summary(changed_deployment)]  # the index saw the change
-    assert not handlers._quiet(index[(NAMESPACE, NAME)][0].body, watched, NAMESPACE, NAME)
-    assert handlers._quiet(index[(NAMESPACE, NAME)][0].body,
-                           _watched(deployments=_Index({(NAMESPACE, NAME): [child_summary(cluster.deployment())]})),
-                           NAMESPACE, NAME)
+    watched.deployments[(NAMESPACE, NAME)] = [child_summary(changed_deployment)]  # the watch saw the change
+    indexed = handlers.LLMDEPLOYMENTS[(NAMESPACE, NAME)].body
+    assert not handlers._quiet(indexed, watched, NAMESPACE, NAME)
+    assert handlers._quiet(indexed, _watched(deployments=_Index({(NAMESPACE, NAME): [
+        child_summary(cluster.deployment())]})), NAMESPACE, NAME)
 
 
 def test_the_deployment_watch_reconciles_its_owner_and_writes_what_the_reconcile_says(
@@ -260,14 +294,12 @@ def test_the_deployment_watch_reconciles_its_owner_and_writes_what_the_reconcile
     run.once()
     cluster.llmd = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "uid", "generation": 1,
                                  "resourceVersion": "7"}, "spec": run.spec, "status": run.status}
-    index = _Index({(NAMESPACE, NAME): [llmd_summary(cluster.llmd)]})
-    handlers.deployment_changed(body=cluster.deployment(), namespace=NAMESPACE, type="MODIFIED",
-                                llmdeployment_status=index)
+    monkeypatch.setattr(handlers, "LLMDEPLOYMENTS", {(NAMESPACE, NAME): llmd_summary(cluster.llmd)})
+    handlers.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 1 and cluster.status_patches == []  # Ready unchanged: nothing written
     cluster.deployment()["status"]["availableReplicas"] = 0
     cluster.conflicts = 1  # the resourceVersion read is stale: the write is refused, then read again
-    handlers.deployment_changed(body=cluster.deployment(), namespace=NAMESPACE, type="MODIFIED",
-                                llmdeployment_status=index)
+    handlers.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 3 and len(cluster.status_patches) == 1
     ready = next(c for c in cluster.status_patches[0]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "Unavailable")
@@ -286,5 +318,85 @@ def test_the_deployment_watch_leaves_a_generation_to_its_first_reconcile(monkeyp
     cluster.llmd = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "uid", "generation": 2,
                                  "resourceVersion": "7"}, "spec": run.spec, "status": run.status}
     cluster.deployment()["status"]["availableReplicas"] = 0
-    handlers.deployment_changed(body=cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+    handlers.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 1 and cluster.status_patches == []
+
+
+def test_a_standby_replica_triggers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With peering, Kopf stops the timers of a replica it pauses but not the operator's own watches: their
+    triggers act only while this replica's resyncs run."""
+    cluster = _ParentReads()
+    monkeypatch.setitem(handlers._state, "kube", cluster)
+    monkeypatch.setitem(handlers._state, "peering", True)
+    monkeypatch.setattr(handlers, "LAST_RESYNC", [time.monotonic() - 3 * handlers.SETTINGS.resync_seconds])
+    handlers.owner_changed(NAMESPACE, NAME)
+    assert cluster.parent_reads == 0  # paused: nothing read
+    handlers.LAST_RESYNC[0] = time.monotonic()  # its resyncs run: the active replica
+    handlers.owner_changed(NAMESPACE, NAME)
+    assert cluster.parent_reads == 1
+    monkeypatch.setitem(handlers._state, "peering", False)
+    handlers.LAST_RESYNC[0] = 0.0  # standalone: always the one
+    handlers.owner_changed(NAMESPACE, NAME)
+    assert cluster.parent_reads == 2
+
+
+#: this process's resync record as the module starts it (captured at collection, before any test runs a resync)
+FRESH_LAST_RESYNC = list(handlers.LAST_RESYNC)
+
+
+def test_a_replica_that_never_resynced_is_a_standby_even_on_a_fresh_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """time.monotonic() counts from the node's boot: on a node up for less than two resync intervals (a new node,
+    or any node with a long interval) a replica on which no resync has ever run is still a standby."""
+    cluster = _ParentReads()
+    monkeypatch.setitem(handlers._state, "kube", cluster)
+    monkeypatch.setitem(handlers._state, "peering", True)
+    monkeypatch.setattr(handlers, "LAST_RESYNC", list(FRESH_LAST_RESYNC))
+    monkeypatch.setattr(time, "monotonic", lambda: 5.0)  # the node booted 5 s ago
+    handlers.owner_changed(NAMESPACE, NAME)
+    assert cluster.parent_reads == 0
+
+
+def test_a_replica_kopf_pauses_stops_triggering_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With peering, Kopf stops every timer of a replica it pauses (another one took over) with the reason
+    OPERATOR_PAUSING: from then on its Deployment triggers act no more, not only two resync intervals later (two
+    replicas reconciling at once, during a rolling upgrade two operator versions)."""
+    cluster = _ParentReads()
+    monkeypatch.setitem(handlers._state, "kube", cluster)
+    monkeypatch.setitem(handlers._state, "peering", True)
+    monkeypatch.setattr(handlers, "LAST_RESYNC", list(FRESH_LAST_RESYNC))
+    monkeypatch.setattr(handlers, "RESYNC_STOPPED", [None])
+    stopper = DaemonStopper()  # as Kopf hands it to the timer
+    body = kopf.Body({"metadata": {"namespace": NAMESPACE, "name": NAME, "uid": "uid"}, "spec": {}})
+    with monkeypatch.context() as m:
+        def not_listed(namespace: str) -> Any:
+            raise kopf.TemporaryError("not listed yet")
+        m.setattr(handlers, "_watched", not_listed)
+        with pytest.raises(kopf.TemporaryError):  # the resync ran (and retries later): this replica is active
+            handlers.resync(body=body, patch=kopf.Patch(), stopped=stopper.sync_waiter)
+    handlers.owner_changed(NAMESPACE, NAME)
+    assert cluster.parent_reads == 1
+
+    async def pause() -> None:  # as Kopf's daemon killer does when the peering pauses this replica
+        stopper.set(reason=kopf.DaemonStoppingReason.OPERATOR_PAUSING)
+
+    asyncio.run(pause())
+    handlers.owner_changed(NAMESPACE, NAME)
+    assert cluster.parent_reads == 1  # paused: nothing read, nothing written
+
+
+def test_deployment_changes_queue_their_owner_once_until_its_turn() -> None:
+    """The Deployment watch's events: a deletion (the resync re-creates it) and an object without the owner label
+    trigger nothing; events of one owner that arrive before its turn are one reconcile."""
+    handled: list[tuple[str, str]] = []
+    triggers = handlers.OwnerTriggers(lambda ns, name: handled.append((ns, name)), workers=1)
+    for _ in range(3):
+        triggers.deployment_changed("MODIFIED", DEPLOYMENT)
+    triggers.deployment_changed("DELETED", DEPLOYMENT)
+    triggers.deployment_changed("MODIFIED", changed(DEPLOYMENT, _set(["metadata", "labels"], {})))
+    triggers.deployment_changed("ADDED", changed(DEPLOYMENT, _set(["metadata", "labels", OWNER_LABEL], "y")))
+    triggers.start()
+    deadline = time.monotonic() + 10
+    while len(handled) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    triggers.stop()
+    assert handled == [("ns", "x"), ("ns", "y")]

@@ -371,6 +371,8 @@ def operator_command(namespaces: tuple[str, ...], standalone: bool, priority: in
     if peering_lifetime is not None:
         handlers.SETTINGS = dataclasses.replace(handlers.SETTINGS, peering_lifetime_seconds=peering_lifetime)
     watched = namespaces or handlers.SETTINGS.namespaces
+    # the operator's own watches (controller/informers.py) cover the namespaces Kopf watches
+    handlers.SETTINGS = dataclasses.replace(handlers.SETTINGS, namespaces=tuple(watched))
     level = logging.DEBUG if verbose else logging.INFO
     if log_format == "json":
         handler = logging.StreamHandler()

@@ -12,11 +12,13 @@ the evidence falls back to the termination message and says so.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import httpx
@@ -24,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, SourceStatus
 from llm_autopilot.controller.adapters import read_adapter_configs
+from llm_autopilot.controller.inspect_step import AdapterInspections
 from llm_autopilot.controller.kube import LogUnavailable, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import (
     MetricsSource,
@@ -50,6 +53,7 @@ from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError
 from llm_autopilot.planner.verify import (
     ObservationError,
+    Observed,
     PodReading,
     observed_from_cache_config_info,
     observed_from_log,
@@ -134,6 +138,15 @@ class Gatherer:
         self._crashes: OrderedDict[tuple[str, str], Crash] = OrderedDict()
         self._remembered = remembered
 
+    def reading(self, pods: PodSource) -> Gatherer:
+        """This gatherer reading pods (and their logs) from ``pods``, one reconcile's view of the cluster (in the
+        operator: its watches, so no LIST of pods); what it remembers (crashes read, vLLM versions) is shared."""
+        if pods is self.pods:
+            return self
+        view = copy.copy(self)
+        view.pods = pods
+        return view
+
     def kv_saturation(self, namespace: str, pods: list[str], *, window: int,
                       threshold: float) -> tuple[Metrics, str, Classification | None]:
         """What Prometheus says about these pods: (availability, where or why not, the signal if any)."""
@@ -186,23 +199,30 @@ class Gatherer:
                    instance: str | None = None) -> tuple[PodReading, ...]:
         """vLLM's own KV-cache figures of these pods: its cache_config_info metric from Prometheus (one query for
         all), else the start-up lines of the pod's log (``pods/log``); with ``instance`` (the object's name),
-        each pod's vLLM version as it reports it. Never raises: a pod neither source gives is a reading that
-        says why."""
+        each pod's vLLM version as it reports it, and for a pod of a group across nodes its group, its rank (its
+        pipeline stage) and its stage's own KV room, from its own log. Never raises: a pod neither source gives
+        is a reading that says why."""
         if not pods:
             return ()
-        readings = self._kv_figures(namespace, pods)
-        if self.versions is None or instance is None:
-            return readings
-        try:
-            listed = self.pods.pods(namespace, f"app.kubernetes.io/instance={instance}")
-        except Exception:  # best effort: the versions are then not known
+        listed: list[dict[str, Any]] = []
+        if instance is not None:
+            try:
+                listed = self.pods.pods(namespace, f"app.kubernetes.io/instance={instance}")
+            except Exception:  # best effort: the versions and ranks are then not known
+                listed = []
+        ranks = {str(p["metadata"]["name"]): rank for p in listed
+                 if (rank := groups.rank_of((p.get("metadata") or {}).get("labels") or {})) is not None}
+        readings = self._kv_figures(namespace, pods, ranks)
+        if self.versions is None or not listed:
             return readings
         addresses = {str(p["metadata"]["name"]): (str((p.get("metadata") or {}).get("uid") or ""),
                                                   str((p.get("status") or {}).get("podIP") or "")) for p in listed}
-        asked = [addresses[r.pod] for r in readings if addresses.get(r.pod, ("", ""))[1]]
+        # a worker of a group serves no API: only the leaders (and single pods) are asked
+        asked = [addresses[r.pod] for r in readings
+                 if addresses.get(r.pod, ("", ""))[1] and r.stage in (None, 0)]
         versions = self._versions_of(asked)
         return tuple(dataclasses.replace(r, vllm_version=versions.get(addresses[r.pod]))
-                     if r.pod in addresses else r for r in readings)
+                     if r.pod in addresses and r.stage in (None, 0) else r for r in readings)
 
     def _versions_of(self, pods: list[tuple[str, str]]) -> dict[tuple[str, str], str | None]:
         """The vLLM version of each (uid, IP): a pod's is asked once (it cannot change while the pod lives),
@@ -226,7 +246,8 @@ class Gatherer:
                 self._known_versions.popitem(last=False)
         return found
 
-    def _kv_figures(self, namespace: str, pods: tuple[str, ...]) -> tuple[PodReading, ...]:
+    def _kv_figures(self, namespace: str, pods: tuple[str, ...],
+                    ranks: dict[str, tuple[str, int]] | None = None) -> tuple[PodReading, ...]:
         found: dict[str, dict[str, str]] = {}
         missing = "no Prometheus configured"
         if self.labels is not None:
@@ -240,6 +261,10 @@ class Gatherer:
                 missing = str(exc)
         readings = []
         for pod in pods:
+            rank = (ranks or {}).get(pod)
+            if rank is not None:
+                readings.append(self._group_pod(namespace, pod, rank, found.get(pod), missing))
+                continue
             problem = missing
             if pod in found:
                 try:
@@ -247,16 +272,48 @@ class Gatherer:
                     continue
                 except ObservationError as exc:
                     problem = str(exc)
-            try:
-                observed = observed_from_log(self.pods.start_log(namespace, pod, CONTAINER,
-                                                                 limit_bytes=START_LOG_BYTES))
+            observed, log_problem = self._start_log(namespace, pod)
+            if observed is not None:
                 readings.append(PodReading(pod, observed))
-            except (LogUnavailable, ObservationError) as exc:
-                readings.append(PodReading(pod, problem=clean_line(f"{problem}; log: {exc}", 300)))
-            except Exception as exc:  # best effort, as the crash log: any other failure is said, not raised
-                readings.append(PodReading(pod, problem=clean_line(f"{problem}; log: {type(exc).__name__}: {exc}",
-                                                                   300)))
+            else:
+                readings.append(PodReading(pod, problem=clean_line(f"{problem}; log: {log_problem}", 300)))
         return tuple(readings)
+
+    def _group_pod(self, namespace: str, pod: str, rank: tuple[str, int], labels: dict[str, str] | None,
+                   missing: str) -> PodReading:
+        """A pod of a group across nodes: its stage's room from its own log (every node's first GPU prints its
+        "Available KV cache memory"); the engine's figures only from the leader (rank 0, which runs the engine and
+        serves its /metrics): Prometheus, else the log's "KV cache size" line."""
+        group, stage = rank
+        logged, log_problem = self._start_log(namespace, pod)
+        room = logged.kv_cache_bytes if logged is not None else None
+        stage_problem = "" if room is not None else clean_line(
+            f"log: {log_problem}" if logged is None else "its log has no \"Available KV cache memory\" line", 300)
+        if stage != 0:
+            return PodReading(pod, group=group, stage=stage, stage_room=room, stage_problem=stage_problem)
+        problem = missing
+        if labels is not None:
+            try:
+                return PodReading(pod, observed_from_cache_config_info(labels), group=group, stage=stage,
+                                  stage_room=room, stage_problem=stage_problem)
+            except ObservationError as exc:
+                problem = str(exc)
+        if logged is not None and (logged.kv_cache_tokens is not None or logged.num_blocks is not None):
+            # the log's room is this stage's, not the engine's: the engine's figure is its "KV cache size"
+            return PodReading(pod, dataclasses.replace(logged, kv_cache_bytes=None), group=group, stage=stage,
+                              stage_room=room, stage_problem=stage_problem)
+        why = log_problem if logged is None else "no \"KV cache size\" line"
+        return PodReading(pod, problem=clean_line(f"{problem}; log: {why}", 300), group=group, stage=stage,
+                          stage_room=room, stage_problem=stage_problem)
+
+    def _start_log(self, namespace: str, pod: str) -> tuple[Observed | None, str]:
+        """The figures of a pod's start-up log, or why there are none."""
+        try:
+            return observed_from_log(self.pods.start_log(namespace, pod, CONTAINER, limit_bytes=START_LOG_BYTES)), ""
+        except (LogUnavailable, ObservationError) as exc:
+            return None, str(exc)
+        except Exception as exc:  # best effort, as the crash log: any other failure is said, not raised
+            return None, f"{type(exc).__name__}: {exc}"
 
     def _crash(self, target: Target, t: Termination) -> Crash:
         if t.key == target.last_evidence or not t.needs_log:
@@ -295,11 +352,29 @@ def read_burn_in(pods: PodSource, runs: BurnIns, namespace: str, name: str, plan
         if not _runs(pod, plan_hash) or meta.get("deletionTimestamp"):
             continue
         uid = str(meta.get("uid") or "")
+        group, rank = groups.rank_of(meta.get("labels") or {}) or (None, None)
         found.append(PodBurnIn(pod=str(meta.get("name")), uid=uid,
                                ip=(pod.get("status") or {}).get("podIP") or None,
                                containers_ready=containers_ready(pod), gate=burn_in_gate(pod),
-                               measurement=runs.result(uid) if uid else None, running=bool(uid) and runs.running(uid)))
+                               measurement=runs.result(uid) if uid else None, running=bool(uid) and runs.running(uid),
+                               group=group, rank=rank, oom_killed_at=_oom_killed_at(pod)))
     return BurnInReading(plan_hash, tuple(sorted(found, key=lambda p: p.pod)))
+
+
+def _oom_killed_at(pod: dict[str, Any]) -> datetime | None:
+    """When the kubelet last recorded the vLLM container OOM-killed (None: never, or no readable time)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") != CONTAINER:
+            continue
+        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
+            terminated = state.get("terminated") or {}
+            if terminated.get("reason") == "OOMKilled":
+                try:
+                    at = datetime.fromisoformat(str(terminated.get("finishedAt")))
+                except ValueError:
+                    return None
+                return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # the kubelet's times are UTC
+    return None
 
 
 def _runs(pod: dict[str, Any], plan_hash: str) -> bool:
@@ -322,8 +397,10 @@ REMEMBERED_VERSIONS = 4096
 def read_vllm_version(address: str, *, transport: httpx.BaseTransport | None = None) -> str | None:
     """The version the vLLM at ``address`` reports on its /version (None: it did not say). Never raises."""
     host = f"[{address}]" if ":" in address else address
-    try:  # straight to the pod: no proxy from the environment
-        with httpx.Client(transport=transport, timeout=httpx.Timeout(VERSION_SECONDS / 2), trust_env=False) as client:
+    try:  # straight to the pod: no proxy from the environment; plain http, so no CA bundle is loaded (a restart
+        # asks every pod, and loading the bundle cost more than the request)
+        with httpx.Client(transport=transport, timeout=httpx.Timeout(VERSION_SECONDS / 2), trust_env=False,
+                          verify=False) as client:
             response = client.get(f"http://{host}:{VLLM_PORT}/version")
         response.raise_for_status()
         found = response.json().get("version")
@@ -418,23 +495,26 @@ def crd_installed(kube: WorldSource, name: str) -> bool:
     return kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name, "") is not None
 
 
-def read_adapters(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource,
-                  settings: OperatorSettings) -> AdapterReading:
+def read_adapters(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource, settings: OperatorSettings,
+                  inspected: AdapterInspections | None = None) -> AdapterReading:
     """The LoRA adapters' adapter_config.json files (on every pass: the Hub client's cache answers an unchanged
-    file with one HEAD request); nothing to read without adapters."""
-    return read_adapter_configs(spec, lambda: hub_token(spec, namespace, kube), timeout=settings.hub_timeout_seconds)
+    file with one HEAD request; an s3:// adapter's is one HEAD and one GET; a pvc:// adapter's is what its inspect
+    Job read, ``inspected``); nothing to read without adapters."""
+    return read_adapter_configs(spec, lambda: hub_token(spec, namespace, kube), timeout=settings.hub_timeout_seconds,
+                                secret=lambda name, key, what: secret(kube, namespace, name, key, what),
+                                inspected=inspected)
 
 
 def read_world(spec: LLMDeploymentSpec, name: str, namespace: str, kube: WorldSource,
                settings: OperatorSettings, volume: ModelFiles | None = None,
-               recorded: SourceStatus | None = None) -> World:
+               recorded: SourceStatus | None = None, adapters: AdapterInspections | None = None) -> World:
     """Everything one reconcile of namespace/name decides on, read once before deciding: the model first (its
     failure is the reconcile's answer; ``recorded``: status.source, an s3:// source's kept reading, which the
     World's ``source`` then carries), then the GPU nodes, the CRDs (KEDA's only when spec.autoscaling asks for it),
-    the live shapes and the LoRA adapters' configs."""
+    the live shapes and the LoRA adapters' configs (``adapters``: what the pvc:// adapters' inspect Jobs read)."""
     (model, reading), nodes = read_model_source(spec, namespace, kube, settings, volume, recorded), read_nodes(kube)
     asked = (groups.LWS_CRD, *((KEDA_CRD,) if spec.autoscaling is not None else ()))
     crds = frozenset(c for c in asked if crd_installed(kube, c))
     return World(model, nodes, crds, read_live(kube, name, namespace, groups.LWS_CRD in crds),
-                 adapters=read_adapters(spec, namespace, kube, settings),
+                 adapters=read_adapters(spec, namespace, kube, settings, adapters),
                  source=SourceView(reading) if reading is not None else None)

@@ -1,16 +1,19 @@
 """Kopf handlers: thin wiring from Kubernetes events to reconcile() and review().
 
 Importing this module registers the handlers; `llm-autopilot operator` runs them. Nodes, the operator's
-children and their pods come from watches (the indexes below), never from a LIST per reconcile; a resync that
-finds nothing changed is quiet (controller/quiet.py); the admission webhook has threads of its own.
+children and their pods come from the operator's own watches (controller/informers.py), never from a LIST per
+reconcile; a resync that finds nothing changed is quiet (controller/quiet.py); the admission webhook has threads
+of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
 import logging
+import queue
 import random
 import re
 import tempfile
@@ -34,28 +37,27 @@ from llm_autopilot.controller import reconcile as reconciling
 from llm_autopilot.controller import telemetry
 from llm_autopilot.controller.access import referenced_secrets, unreadable_secrets_message
 from llm_autopilot.controller.adapters import admission_check
-from llm_autopilot.controller.admission import review
+from llm_autopilot.controller.admission import NodeView, review
 from llm_autopilot.controller.burn_in_load import BurnInRunner
 from llm_autopilot.controller.calibration_store import CalibrationBook
 from llm_autopilot.controller.certs import self_signed
 from llm_autopilot.controller.gather import Gatherer
+from llm_autopilot.controller.informers import NotSynced, Watches
 from llm_autopilot.controller.kube import Kube, load_config
 from llm_autopilot.controller.observed import (
-    INSTANCE_LABEL,
     NODE_SELECTOR,
-    OWNED_SELECTOR,
+    Summary,
     Watched,
     WatchedCluster,
-    child_summary,
     current_pods,
     llmd_summary,
-    node_summary,
-    owner_key,
-    pod_summary,
+    node_entry,
+    operator_watches,
 )
 from llm_autopilot.controller.quiet import QuietMemory
 from llm_autopilot.controller.reconcile import Outcome, gatherer_for
 from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.desired.world import GPUNode
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render.kubernetes import OWNER_LABEL
 
@@ -124,11 +126,11 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger | logging.
     settings.networking.error_backoffs = [1, 2, 5, 10, 30]
     settings.watching.server_timeout = 300
     settings.peering.lifetime = SETTINGS.peering_lifetime_seconds
-    # the watches behind the indexes: only GPU nodes and the operator's own objects, filtered by the API server
+    # Kopf's node watch (the webhook's index): only GPU nodes, filtered by the API server
     settings.watching.label_selectors["v1", "nodes"] = NODE_SELECTOR
-    for resource in (("apps", "v1", "deployments"), ("v1", "services"), ("policy", "v1", "poddisruptionbudgets"),
-                     ("v1", "pods")):
-        settings.watching.label_selectors[resource] = OWNED_SELECTOR
+    # the LLMDeployments are listed in pages, not parsed all at once
+    settings.watching.chunk_size = WATCH_PAGE_SIZE
+    _state["peering"] = not settings.peering.standalone
     if SETTINGS.max_workers is not None:
         settings.execution.max_workers = SETTINGS.max_workers
     if SETTINGS.webhook_enabled:
@@ -152,7 +154,24 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger | logging.
     if SETTINGS.metrics_port:
         telemetry.serve(SETTINGS.metrics_port, SETTINGS.metrics_addr)
         logger.info("metrics on http://%s:%s/metrics", SETTINGS.metrics_addr, SETTINGS.metrics_port)
-    kube()
+    start_watches(kube())
+
+
+def start_watches(k: Kube) -> None:
+    """The reconciles' watches (nodes, children, pods) and the Deployment watch's triggers, on threads of their
+    own; the handlers wait for their first listings (``_watched``)."""
+    triggers = OwnerTriggers(owner_changed)
+    watches = operator_watches(k, SETTINGS.namespaces, on_deployment=triggers.deployment_changed)
+    _state["watches"], _state["triggers"] = watches, triggers
+    watches.start()
+    triggers.start()
+
+
+@kopf.on.cleanup()
+def stop_watches(**_: Any) -> None:
+    for name in ("watches", "triggers"):
+        if (running := _state.pop(name, None)) is not None:
+            running.stop()
 
 
 @kopf.on.probe(id="kubernetes-api")
@@ -162,55 +181,34 @@ def api_reachable(**_: Any) -> bool:
     return True
 
 
-# ---- the watches: GPU nodes, the operator's children and pods, and its LLMDeployments ----------------------
-# Each index keeps a small summary per object (controller/observed.py); indexers are async, so an event costs
-# no thread. Kopf starts no other handler before every index holds its first full listing.
+# ---- the watches -----------------------------------------------------------------------------------------------
+# The reconciles read the operator's own watches (controller/informers.py, started above). Kopf keeps one index,
+# the GPU nodes the admission webhook plans on: its few nodes keep Kopf's index-readiness wait short.
+
+#: objects per page when Kopf lists the LLMDeployments and the GPU nodes
+WATCH_PAGE_SIZE = 500
+#: how long a handler waits for the watches' first listings before it is retried (a TemporaryError)
+SYNC_WAIT_SECONDS = 60.0
+SYNC_RETRY_SECONDS = 5.0
+
 
 @kopf.index("v1", "nodes", labels={GFD_PRODUCT: kopf.PRESENT}, id="gpu_nodes")
 async def gpu_nodes(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    summary = node_summary(body)
-    return {None: summary} if summary is not None else {}  # {}: a cordoned node leaves the index
+    return node_entry(body)  # {}: a cordoned node leaves the index
 
 
-def _by_name(body: kopf.Body) -> dict[Any, Any]:
-    key = owner_key(body)
-    meta = body.get("metadata") or {}
-    return {(key[0], str(meta.get("name"))): child_summary(body)} if key is not None else {}
-
-
-@kopf.index("apps", "v1", "deployments", labels={OWNER_LABEL: kopf.PRESENT}, id="owned_deployments")
-async def owned_deployments(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return _by_name(body)
-
-
-@kopf.index("v1", "services", labels={OWNER_LABEL: kopf.PRESENT}, id="owned_services")
-async def owned_services(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return _by_name(body)
-
-
-@kopf.index("policy", "v1", "poddisruptionbudgets", labels={OWNER_LABEL: kopf.PRESENT},
-            id="owned_disruption_budgets")
-async def owned_disruption_budgets(body: kopf.Body, **_: Any) -> dict[Any, Any]:
-    return _by_name(body)
-
-
-@kopf.index("v1", "pods", labels={OWNER_LABEL: kopf.PRESENT}, id="owned_pods")
-async def owned_pods(body: kopf.Body, namespace: str | None, **_: Any) -> dict[Any, Any]:
-    instance = ((body.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL)
-    return {(namespace, instance): pod_summary(body)} if namespace and instance else {}
-
-
-@kopf.index(GROUP, VERSION, PLURAL, id="llmdeployment_status")
-async def llmdeployment_status(body: kopf.Body, namespace: str | None, name: str | None, **_: Any) -> dict[Any, Any]:
-    return {(namespace, name): llmd_summary(body)}
-
-
-def _watched(kwargs: dict[str, Any]) -> Watched | None:
-    """The indexes Kopf handed this call (None when called without them, as unit tests do)."""
-    names = ("gpu_nodes", "owned_deployments", "owned_services", "owned_disruption_budgets", "owned_pods")
-    if not all(n in kwargs for n in names):
+def _watched(namespace: str) -> Watched | None:
+    """The watches, once each that covers ``namespace`` holds its first listing (None: not started, as in unit
+    tests that call the handlers directly: the reconcile then reads the API server)."""
+    watches: Watches | None = _state.get("watches")
+    if watches is None:
         return None
-    return Watched(*(kwargs[n] for n in names))
+    try:
+        watches.wait_synced(SYNC_WAIT_SECONDS, namespace)
+    except NotSynced as exc:
+        raise kopf.TemporaryError(str(exc), delay=SYNC_RETRY_SECONDS) from exc
+    return Watched(watches["nodes"], watches["deployments"], watches["services"], watches["disruption_budgets"],
+                   watches["pods"], crds=watches["crds"])
 
 
 def _cluster(watched: Watched | None) -> Any:
@@ -334,8 +332,8 @@ def _reconcile(body: kopf.Body, patch: kopf.Patch, watched: Watched | None, what
 
 @kopf.on.create(GROUP, VERSION, PLURAL, id="reconcile-on-create")
 @kopf.on.update(GROUP, VERSION, PLURAL, id="reconcile-on-update", field="spec")
-def reconcile_on_change(body: kopf.Body, patch: kopf.Patch, reason: str | None = None, **kwargs: Any) -> None:
-    _reconcile(body, patch, _watched(kwargs), str(reason or "change"))
+def reconcile_on_change(body: kopf.Body, patch: kopf.Patch, reason: str | None = None, **_: Any) -> None:
+    _reconcile(body, patch, _watched(str(body["metadata"]["namespace"])), str(reason or "change"))
 
 
 # Deletion never waits for the operator. Kopf gives every timer a finalizer, so that it can stop the timer
@@ -348,14 +346,31 @@ def reconcile_on_change(body: kopf.Body, patch: kopf.Patch, reason: str | None =
 RESYNC = "resync"
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL, id="deletion-stops-resync")
-async def deletion_stops_resync(type: str | None, memo: kopf.Memo, uid: str | None = None, **_: Any) -> None:
+#: (namespace, name) -> the LLMDeployment as the Deployment watch's trigger needs it (llmd_summary): every one
+#: Kopf has seen, kept by the event handler below
+LLMDEPLOYMENTS: dict[tuple[str, str], Summary] = {}
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, id="llmdeployment-event")
+async def llmdeployment_event(type: str | None, body: kopf.Body, memo: kopf.Memo, uid: str | None = None,
+                              **_: Any) -> None:
+    """Every event of an LLMDeployment: what the Deployment watch's trigger reads of it; a deletion stops its
+    resync timer and forgets it."""
+    meta = body.get("metadata") or {}
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    if "kopf" not in _state:  # where kopf.event posts to, for the triggers' own threads
+        _state["kopf"] = contextvars.copy_context()
     if type == "DELETED":
         memo["deleted"] = True
+        LLMDEPLOYMENTS.pop(key, None)
         if uid:
             QUIET.forget(uid)
             with _LOCKS_GUARD:
                 _LOCKS.pop(uid, None)
+            if (runs := _state.get("burn_ins")) is not None:
+                runs.forget_owner(uid)  # its pods' burn-in results: no reconcile asks for them again
+        return
+    LLMDEPLOYMENTS[key] = llmd_summary(body)
 
 
 def _not_deleted(memo: kopf.Memo, **_: Any) -> bool:
@@ -369,12 +384,15 @@ def _first_resync(**_: Any) -> float:
 
 @kopf.timer(GROUP, VERSION, PLURAL, id=RESYNC, interval=SETTINGS.resync_seconds, initial_delay=_first_resync,
             when=_not_deleted)
-def resync(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+def resync(body: kopf.Body, patch: kopf.Patch, stopped: kopf.DaemonStopped | None = None, **_: Any) -> None:
     """Also runs first thing after an operator (re)start: resume without writing when nothing changed. Quiet
     (nothing planned, rendered or read) when nothing the last full reconcile read has changed."""
-    watched = _watched(kwargs)
+    LAST_RESYNC[0] = time.monotonic()
+    if stopped is not None:
+        RESYNC_STOPPED[0] = stopped
     meta = body.get("metadata", {})
     namespace, name = str(meta["namespace"]), str(meta["name"])
+    watched = _watched(namespace)
     if watched is None:  # no indexes (a direct call): a full reconcile
         _reconcile(body, patch, None, "resync")
         return
@@ -406,25 +424,98 @@ def _without_finalizer(handler_id: str, registry: kopf.OperatorRegistry) -> None
 _without_finalizer(RESYNC, kopf.get_default_registry())
 
 
-@kopf.on.event("apps", "v1", "deployments", labels={OWNER_LABEL: kopf.PRESENT}, id="deployment-readiness")
-def deployment_changed(body: kopf.Body, namespace: str | None, type: str | None,
-                       llmdeployment_status: Any = None, **kwargs: Any) -> None:
+class OwnerTriggers:
+    """The Deployment watch's changes as the LLMDeployments to reconcile, on threads of their own: a key queued
+    again before its turn is reconciled once (reading the watches as they are then), and one that changes while
+    it is reconciled is queued again (client-go's work queue)."""
+
+    def __init__(self, handle: Callable[[str, str], None], workers: int = 2) -> None:
+        self.handle = handle
+        self.workers = workers
+        self._queue: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
+        self._pending: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def deployment_changed(self, event_type: str, body: Mapping[str, Any]) -> None:
+        """A Deployment event from the watch (a deletion: the resync re-creates it; nothing here)."""
+        meta = body.get("metadata") or {}
+        owner, namespace = (meta.get("labels") or {}).get(OWNER_LABEL), meta.get("namespace")
+        if event_type == "DELETED" or not owner or not namespace:
+            return
+        self.put((str(namespace), str(owner)))
+
+    def put(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            if key in self._pending:
+                return
+            self._pending.add(key)
+        self._queue.put(key)
+
+    def start(self) -> None:
+        self._threads = [threading.Thread(target=self._work, name=f"deployment-trigger-{i}", daemon=True)
+                         for i in range(self.workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+
+    def _work(self) -> None:
+        while (key := self._queue.get()) is not None:
+            with self._lock:
+                self._pending.discard(key)
+            posting = _state.get("kopf")
+            try:
+                if posting is not None:  # kopf.event posts through Kopf's context
+                    posting.copy().run(self.handle, *key)
+                else:
+                    self.handle(*key)
+            except Exception:  # one object's failure must not stop the triggers of the others
+                logger.exception("the reconcile of %s/%s after its Deployment changed failed", *key)
+
+
+#: when this process last ran a resync (time.monotonic(); -inf: never). With peering, Kopf stops every timer of a
+#: replica it pauses (a standby), but not the operator's own watches: their triggers act only while this replica's
+#: resyncs run. Not 0: the monotonic clock counts from the node's boot, so 0 would read as "a moment ago" on a node
+#: up for less than two intervals.
+LAST_RESYNC = [float("-inf")]
+#: the stop flag Kopf handed the last resync that ran (its timer's): Kopf sets it when it pauses this replica
+RESYNC_STOPPED: list[kopf.DaemonStopped | None] = [None]
+#: why Kopf stops timers when this replica must not act: paused for a peer, or exiting
+_STANDING_DOWN = kopf.DaemonStoppingReason.OPERATOR_PAUSING | kopf.DaemonStoppingReason.OPERATOR_EXITING
+
+
+def active() -> bool:
+    """Whether this replica is the one that reconciles: always, unless it runs with peering; then only while its
+    resyncs run, and not once Kopf has stopped their timers to pause it (at once: the stop flag's reason), nor
+    two intervals after the last one ran (its timer ended otherwise, e.g. its object was deleted)."""
+    if not _state.get("peering"):
+        return True
+    stopped = RESYNC_STOPPED[0]
+    if stopped is not None and stopped.is_set() and stopped.reason is not None and stopped.reason & _STANDING_DOWN:
+        return False
+    return time.monotonic() - LAST_RESYNC[0] < 2 * SETTINGS.resync_seconds
+
+
+def owner_changed(namespace: str, owner: str, watched: Watched | None = None) -> None:
     """A change of the vLLM Deployment triggers its LLMDeployment's reconcile, which alone writes Ready (and the
     replica counts with it): this watch decides and writes no condition of its own.
 
-    Nothing is read when the indexes show the reconcile's inputs unchanged since its last full pass (the quiet
+    Nothing is read when the watches show the reconcile's inputs unchanged since its last full pass (the quiet
     resync's test, without asking Prometheus); otherwise the LLMDeployment is read and reconciled as a resync
-    would, and the status written with the resourceVersion read (a conflict: read again)."""
-    if type == "DELETED" or namespace is None:
+    would, and the status written with the resourceVersion read (a conflict: read again). One Kopf has not shown
+    yet (not listed yet after a start, or deleted) is read. A standby replica (peering) does nothing."""
+    if not active():
         return
-    owner = (body.get("metadata", {}).get("labels") or {}).get(OWNER_LABEL)
-    if not owner:
-        return
-    watched = _watched({"llmdeployment_status": llmdeployment_status, **kwargs})
-    indexed = list(llmdeployment_status.get((namespace, owner)) or []) if llmdeployment_status is not None else None
-    if indexed is not None and not indexed:
-        return  # not an LLMDeployment the index holds (deleted, or not listed yet): nothing to reconcile
-    if indexed and watched is not None and _quiet(indexed[0].body, watched, namespace, str(owner)):
+    if watched is None:
+        try:
+            watched = _watched(namespace)
+        except kopf.TemporaryError:
+            return  # not listed yet: the resync reconciles it
+    indexed = LLMDEPLOYMENTS.get((namespace, owner))
+    if indexed is not None and watched is not None and _quiet(indexed.body, watched, namespace, owner):
         return
     k = kube()
     for _ in range(3):  # the status moved under us (409): read it again
@@ -495,14 +586,26 @@ def _secret_refusal(spec: dict[str, Any], userinfo: kopf.UserInfo, namespace: st
     return unreadable_secrets_message(client.AuthorizationV1Api(kube().api), userinfo, namespace, names)
 
 
-def review_nodes(index: Any) -> list[tuple[dict[str, str], int]]:
-    """The GPU nodes the webhook plans on: from the node watch's index. While it is empty (the operator has just
-    started and Kopf is still listing, or the cluster has no GPU node) they are read from the API server, so a
-    review never answers from a partial view it could not tell apart from an empty cluster."""
-    indexed = _values_of(index)
-    if indexed:
-        return [(dict(s.body["metadata"]["labels"]), int(s.body["gpus"])) for s in indexed]
-    return [(n.labels, n.allocatable_gpus) for n in kube().gpu_nodes()]
+def listed_gpu_nodes() -> list[GPUNode]:
+    """The GPU nodes from one LIST (the webhook's answer while the node index is still filling)."""
+    return [GPUNode(n.labels, n.allocatable_gpus, n.allocatable_memory_gib) for n in kube().gpu_nodes()]
+
+
+def node_view() -> NodeView:
+    """One per process: the webhook's view of the GPU nodes (the node index, once it caught up with one LIST). The
+    webhook's threads may ask for it at once: setdefault keeps the first view stored, and every thread gets it."""
+    view: NodeView | None = _state.get("node_view")
+    if view is None:
+        view = _state.setdefault("node_view", NodeView(listed_gpu_nodes))
+    return view
+
+
+def review_nodes(index: Any, view: NodeView | None = None) -> tuple[GPUNode, ...]:
+    """The GPU nodes the webhook plans on: the node watch's index (each summary as WatchedCluster.gpu_nodes reads
+    it); while it is still filling, one LIST's answer (admission.NodeView documents when)."""
+    indexed = [GPUNode(dict(s.body["metadata"]["labels"]), int(s.body["gpus"]), float(s.body.get("memoryGiB", 0.0)))
+               for s in _values_of(index)]
+    return (view or node_view()).nodes(indexed)
 
 
 def _values_of(index: Any) -> list[Any]:
@@ -513,7 +616,8 @@ def _values_of(index: Any) -> list[Any]:
 def _review(spec: dict[str, Any], name: str, userinfo: kopf.UserInfo,
             namespace: str | None, nodes_index: Any = None) -> tuple[list[str], str | None, int]:
     """(warnings, the refusal or None, its HTTP code: 403 for access, 422 for a spec that cannot work)."""
-    verdict = review(spec, SETTINGS.default_vllm_version, name=name, nodes=lambda: review_nodes(nodes_index),
+    verdict = review(spec, SETTINGS.default_vllm_version, name=name, namespace=namespace,
+                     nodes=lambda: review_nodes(nodes_index), prometheus_url=SETTINGS.prometheus_url,
                      adapters=lambda s: admission_check(s, timeout=ADAPTER_TIMEOUT_SECONDS,
                                                         budget=ADAPTER_BUDGET_SECONDS))
     refusal = verdict.message if not verdict.allowed else _secret_refusal(spec, userinfo, namespace)
@@ -545,8 +649,7 @@ class RoutineSuccess(logging.Filter):
     """Kopf logs every handler's success at INFO: with 1,000 LLMDeployments that is a line per object per resync
     and one per watch event per index. Those go to DEBUG (shown with --verbose); the rest stay."""
 
-    ROUTINE = re.compile(r"^(Timer 'resync'|Indexer '[a-z_]+'|Handler 'deployment-readiness'|"
-                         r"Handler 'deletion-stops-resync') succeeded\.$")
+    ROUTINE = re.compile(r"^(Timer 'resync'|Indexer '[a-z_]+'|Handler 'llmdeployment-event') succeeded\.$")
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno == logging.INFO and self.ROUTINE.match(record.getMessage()):

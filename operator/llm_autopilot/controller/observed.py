@@ -1,10 +1,11 @@
 """What the operator's watches show: GPU nodes, its children and their pods, as small summaries.
 
-Instead of a LIST of nodes and pods and a GET of every child in each reconcile, Kopf keeps one watch per kind
-(filtered on the server to GPU nodes and to the operator's own objects) and feeds every event to an index
-(``@kopf.index`` in handlers.py). A reconcile reads the summaries from memory, and the quiet resync compares
-their digests. Kopf starts no handler before every index holds its first full listing, so a reconcile right
-after a (re)start sees the whole cluster, not an empty one (which would look like missing children).
+Instead of a LIST of nodes and pods and a GET of every child in each reconcile, the operator keeps one watch per
+kind (filtered on the server to GPU nodes and to the operator's own objects; controller/informers.py) and
+keeps a summary of every object under a key (the entries below). A reconcile reads the summaries from memory,
+and the quiet resync compares their digests. A handler waits until every watch holds its first full listing,
+so a reconcile right after a (re)start sees the whole cluster, not an empty one (which would look like missing
+children).
 
 The summaries keep the API's shape (the reconcile and the remediation code read them as they read the
 objects), trimmed to the fields those read, each with a digest of its content.
@@ -15,13 +16,24 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
+from llm_autopilot.controller.informers import (
+    ChangeHandler,
+    Informer,
+    Informers,
+    Watches,
+    namespaced,
+    rest_source,
+    watch_scope,
+)
 from llm_autopilot.controller.kube import GPU_RESOURCE, Kube, NodeGPUs
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
+from llm_autopilot.render.autoscaling import KEDA_CRD
+from llm_autopilot.render.groups import LWS_CRD, RANK_LABELS
 from llm_autopilot.render.kubernetes import INPUT_HASH, OWNER_LABEL, PLAN_HASH, quantity_gib
 
 INSTANCE_LABEL = "app.kubernetes.io/instance"
@@ -102,9 +114,13 @@ def pod_summary(body: Mapping[str, Any]) -> Summary:
                    if cs.get(key) is not None} for cs in status.get("containerStatuses") or []]
     ready = [c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"]
     gate = [c.get("status") for c in status.get("conditions") or [] if c.get("type") == BURN_IN_GATE]
+    # a group pod's group and rank (render/groups.py rank_of): its stage for verification, its leader for the
+    # burn-in; none on a Deployment's pod
+    ranks = {k: str(v) for k, v in (meta.get("labels") or {}).items() if k in RANK_LABELS}
     return Summary.of({
         "metadata": {"name": meta.get("name"), "uid": meta.get("uid"),
                      "annotations": {PLAN_HASH: _annotation(body, PLAN_HASH)},
+                     **({"labels": ranks} if ranks else {}),
                      **({"deletionTimestamp": meta["deletionTimestamp"]} if meta.get("deletionTimestamp") else {})},
         "status": {"phase": status.get("phase"), "ready": ready[0] if ready else None, "containerStatuses": containers,
                    "podIP": status.get("podIP"),  # where controller/lora_runtime.py reaches its vLLM
@@ -144,21 +160,80 @@ def owner_key(body: Mapping[str, Any]) -> tuple[str, str] | None:
     return (str(namespace), str(owner)) if owner and namespace else None
 
 
+# ---- where each watch keeps an object: {key: summary} (nothing: not kept) ------------------------------------
+
+def node_entry(body: Mapping[str, Any]) -> dict[Hashable, Summary]:
+    """A schedulable GPU node, all under one key (None); a cordoned node is not kept."""
+    summary = node_summary(body)
+    return {None: summary} if summary is not None else {}
+
+
+def child_entry(body: Mapping[str, Any]) -> dict[Hashable, Summary]:
+    """A child the operator made (the owner label), under (namespace, its own name)."""
+    key = owner_key(body)
+    return {(key[0], str(_meta(body).get("name"))): child_summary(body)} if key is not None else {}
+
+
+def pod_entry(body: Mapping[str, Any]) -> dict[Hashable, Summary]:
+    """A vLLM pod, under (namespace, its LLMDeployment's name: the instance label)."""
+    meta = _meta(body)
+    instance = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+    namespace = meta.get("namespace")
+    return {(str(namespace), str(instance)): pod_summary(body)} if namespace and instance else {}
+
+
+def crd_entry(body: Mapping[str, Any]) -> dict[Hashable, bool]:
+    """A CustomResourceDefinition, by its name: that it is installed."""
+    return {str(_meta(body).get("name")): True}
+
+
+#: the optional CRDs a reconcile asks about (LeaderWorkerSet, KEDA's ScaledObject)
+WATCHED_CRDS = (LWS_CRD, KEDA_CRD)
+
+
+def operator_watches(kube: Kube, namespaces: Sequence[str], *,
+                     on_deployment: ChangeHandler | None = None) -> Watches:
+    """The watches the reconciles read (not started): GPU nodes, the optional CRDs, and the operator's
+    Deployments, Services, PodDisruptionBudgets and pods in the watched namespaces (Kopf's patterns; none: all).
+    ``on_deployment`` is told of every change of a Deployment (not of the listings)."""
+    names, accept = watch_scope(namespaces)
+
+    def owned(kind: str, prefix: str, plural: str, entry: Callable[[Mapping[str, Any]], dict[Hashable, Summary]],
+              on_change: ChangeHandler | None = None) -> Informers:
+        source = rest_source(kube.api, kind, f"{prefix}/{plural}", f"{prefix}/namespaces/{{namespace}}/{plural}")
+        return namespaced(source, entry, names, label_selector=OWNED_SELECTOR, accept_namespace=accept,
+                          on_change=on_change)
+
+    crds = rest_source(kube.api, "CustomResourceDefinition", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+    return Watches(
+        nodes=Informers([Informer(rest_source(kube.api, "Node", "/api/v1/nodes"), node_entry,
+                                  label_selector=NODE_SELECTOR)]),
+        crds=Informers([Informer(crds, crd_entry, field_selector=f"metadata.name={name}") for name in WATCHED_CRDS]),
+        deployments=owned("Deployment", "/apis/apps/v1", "deployments", child_entry, on_deployment),
+        services=owned("Service", "/api/v1", "services", child_entry),
+        disruption_budgets=owned("PodDisruptionBudget", "/apis/policy/v1", "poddisruptionbudgets", child_entry),
+        pods=owned("Pod", "/api/v1", "pods", pod_entry),
+    )
+
+
 def _values(index: Any, key: Any) -> list[Summary]:
-    """The summaries a Kopf index holds under ``key`` (read from a handler thread: one C-level copy)."""
+    """The summaries a watch holds under ``key``."""
     store = index.get(key) if index is not None else None
     return list(store) if store is not None else []
 
 
 @dataclass(frozen=True)
 class Watched:
-    """The Kopf indexes one handler call was given (keyword arguments named after the index handlers)."""
+    """The watches one handler call reads (controller/informers.py; anything whose ``get(key)`` gives the values
+    kept under the key, such as a Kopf index in the tests)."""
 
     nodes: Any
     deployments: Any
     services: Any
     disruption_budgets: Any
     pods: Any
+    #: the optional CRDs installed (WATCHED_CRDS, by name; None: not watched, asked of the API server)
+    crds: Any = None
 
     def children(self, namespace: str, name: str) -> dict[str, Summary | None]:
         found: dict[str, Summary | None] = {}
@@ -205,6 +280,8 @@ class WatchedCluster:
                 for s in self.watched.node_summaries()]
 
     def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        if kind == "CustomResourceDefinition" and name in WATCHED_CRDS and self.watched.crds is not None:
+            return {"metadata": {"name": name}} if _values(self.watched.crds, name) else None
         children = self.watched.children(namespace, name)
         if kind in children and (kind, namespace, name) not in self._written:
             found = children[kind]
