@@ -63,6 +63,9 @@ bench: install ## Planner latency (every catalog model x GPU) and remediation re
 bench-planner: install ## Planner latency only (no cluster)
 	$(BIN)/python -m tests.bench.bench_planner
 
+bench-admission: install ## The admission review's cost in process: p50/p99 of N=500 reviews of a catalog model on a 20-node index (no cluster)
+	$(BIN)/python -m tests.bench.bench_admission $(N)
+
 bench-reaction: install ## Reaction time from a Prometheus signal to the patched Deployment (local cluster)
 	$(BIN)/python -m tests.bench.bench_reaction
 
@@ -98,5 +101,5 @@ vllm-flags: install ## Regenerate vllm/data/flags.json from each release's wheel
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-reaction bench-scale bench-cache bench-calibration golden \
+.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-admission bench-reaction bench-scale bench-cache bench-calibration golden \
 	golden-vllm traces-vllm test-vllm vllm-flags clean
