@@ -222,6 +222,12 @@ def test_adapter_configs_refuse_a_higher_rank_and_another_base_model() -> None:
     # a trainer's local path says nothing; the hf:// prefix and case do not matter; unknown adapters pass
     fine = {"support-bot": AdapterConfig(8, "/data/base"), "sql": AdapterConfig(16, "hf://qwen/qwen3-8b")}
     assert lora_problems(s, fine) == [] and lora_problems(s, {}) == []
+    # above vLLM's largest rank: no maxLoraRank holds it, and the default (which follows the adapters) would not
+    # be a rank vLLM accepts either
+    for fields in ({"adapters": ADAPTERS}, {"adapters": ADAPTERS, "maxLoraRank": 512}):
+        assert lora_problems(spec(**fields), {"sql": AdapterConfig(1024, None)}) == [
+            "lora.adapters[1] (sql): rank 1024 is above vLLM's largest max_lora_rank (512); vLLM cannot serve it: "
+            "retrain the adapter at a lower rank"]
 
 
 def test_the_example_is_admitted(vllm033: VLLMBehaviour) -> None:
@@ -424,7 +430,8 @@ def rung_actions(signal: Signal, **changes: object) -> list[str]:
 def test_the_rung_halves_the_slots_after_fewer_batched_tokens_and_before_eager() -> None:
     assert rung_actions(Signal.CUDA_OOM_STARTUP, max_loras=8, floor_max_loras=1) == [
         "max_num_batched_tokens 8192 -> 4096", "max_loras 8 -> 4 (fewer LoRA adapter slots on the GPU)",
-        "enforce eager mode (no CUDA graphs)", "gpu_memory_utilization 0.92 -> 0.88"]
+        "CUDA graphs captured up to 512 -> 256 tokens per batch", "enforce eager mode (no CUDA graphs)",
+        "gpu_memory_utilization 0.92 -> 0.88"]
     assert "max_loras 8 -> 4 (fewer LoRA adapter slots on the GPU)" in rung_actions(Signal.NO_KV_MEMORY, max_loras=8)
 
 

@@ -30,6 +30,7 @@ from llm_autopilot.desired.lora_sync import (
 from llm_autopilot.desired.world import AdapterReading
 from llm_autopilot.planner.plan import Plan, PlanRequest
 from llm_autopilot.planner.search import plan
+from llm_autopilot.render import lora_volumes
 from llm_autopilot.render.kubernetes import Owner, WorkloadInputs, deployment, plan_hash
 from llm_autopilot.render.vllm_args import ServeOptions, render_vllm_args
 from llm_autopilot.vllm.versions import VLLMVersion, behaviour_of
@@ -62,8 +63,13 @@ UPDATES = {
         "extraArgs run 4 API servers"),
     "one API server said explicitly": (
         spec({"adapters": TWO, "runtimeUpdates": True}, vllm={"extraArgs": ["--api-server-count", "1"]}), V032, 1,
-        "RUNTIME"),
-    "runtime": (spec({"adapters": TWO, "runtimeUpdates": True}), VLLMVersion(0, 33, 0), 1, "RUNTIME"),
+        "RUNTIME, but maxLoras and maxLoraRank follow"),
+    "runtime": (spec({"adapters": TWO, "runtimeUpdates": True, "maxLoras": 2, "maxLoraRank": 16}),
+                VLLMVersion(0, 33, 0), 1, "RUNTIME"),
+    "runtime, the defaults following the adapters": (spec({"adapters": TWO, "runtimeUpdates": True}), V032, 1,
+                                                     "RUNTIME, but maxLoras and maxLoraRank follow"),
+    "runtime, maxLoraRank following the adapters": (spec({"adapters": TWO, "runtimeUpdates": True, "maxLoras": 2}),
+                                                    V032, 1, "RUNTIME, but maxLoraRank follows"),
 }
 
 
@@ -75,8 +81,15 @@ def test_how_adapter_changes_are_applied(case: str) -> None:
         assert got is None
         return
     assert got is not None
-    if expected == "RUNTIME":
+    if expected.startswith("RUNTIME"):
         assert got.runtime and got.mode == "Runtime" and "without a rollout" in got.reason, got
+        # a default that follows the adapters moves with them, and the slots are sized at start-up
+        note = expected.removeprefix("RUNTIME")
+        if note:
+            assert f"{note} the adapters (unset) and a change of" in got.reason, got
+            assert "is a rollout" in got.reason and len(got.reason) <= 300, got  # status.lora.reason's bound
+        else:
+            assert "rollout (" not in got.reason, got
     else:
         assert not got.runtime and got.mode == "Rollout" and got.reason.startswith(expected), got
         assert "a change rolls the pods" in got.reason
@@ -151,7 +164,7 @@ def rendered(s: LLMDeploymentSpec) -> tuple[list[str], dict[str, Any]]:
     assert isinstance(result, Plan), result
     updates = updates_for(s, V032)
     runtime = updates is not None and updates.runtime
-    args = render_vllm_args(result, ServeOptions(lora_modules=not runtime))
+    args = render_vllm_args(result, ServeOptions(lora_modules=() if runtime else lora_volumes.modules(s, frozenset())))
     inputs = WorkloadInputs(Owner("x", "ns", "uid"), s, result, tuple(args), "vllm:0.32.0", (), lora_runtime=runtime)
     return args, {"hash": plan_hash(inputs), "template": deployment(inputs)["spec"]["template"]}
 

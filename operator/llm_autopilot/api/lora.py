@@ -1,7 +1,8 @@
 """``spec.lora`` -> the planner's LoRA settings, and the admission refusals that need the adapters' configs. Pure.
 
-The adapters' ``adapter_config.json`` files are read by the shell (``hub/client.py::fetch_adapter_config``) and
-handed in already parsed (``AdapterConfig``); nothing here does I/O.
+The adapters' ``adapter_config.json`` files are read by the shell where they live (the Hub, an S3 prefix, a
+volume's inspect Job: ``controller/adapters.py``) and handed in already parsed (``AdapterConfig``); nothing here
+does I/O.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, LoRASpec
-from llm_autopilot.planner.lora import DEFAULT_MAX_LORA_RANK, LoRASettings, rank_for
+from llm_autopilot.planner.lora import DEFAULT_MAX_LORA_RANK, VLLM_LORA_RANKS, LoRASettings, rank_for
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,13 @@ def lora_problems(spec: LLMDeploymentSpec, configs: Mapping[str, AdapterConfig] 
         config = configs.get(adapter.name)
         if config is None:
             continue
-        if config.rank is not None and config.rank > rank:
-            fix = rank_for(config.rank)
+        if config.rank is not None and rank_for(config.rank) is None:
+            # with maxLoraRank left out the default would be this rank, which no slot of vLLM's can hold
+            problems.append(f"{where}: rank {config.rank} is above vLLM's largest max_lora_rank "
+                            f"({VLLM_LORA_RANKS[-1]}); vLLM cannot serve it: retrain the adapter at a lower rank")
+        elif config.rank is not None and config.rank > rank:
             problems.append(f"{where}: rank {config.rank} exceeds maxLoraRank {rank}; vLLM refuses to load it: "
-                            + (f"raise lora.maxLoraRank to {fix} (every slot grows with it)" if fix else
-                               "vLLM's largest rank is 512; retrain the adapter at a lower rank"))
+                            f"raise lora.maxLoraRank to {rank_for(config.rank)} (every slot grows with it)")
         if config.base_model is not None and _looks_like_hub_id(config.base_model) \
                 and not _same_model(config.base_model, spec.model.name):
             problems.append(f"{where}: its adapter_config.json says it was trained on {config.base_model}, not "

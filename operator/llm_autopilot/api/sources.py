@@ -126,3 +126,25 @@ def source_problem(uri: str) -> str | None:
     except SourceError as exc:
         return str(exc)
     return None
+
+
+def parse_adapter_source(value: str) -> Source:
+    """A LoRA adapter's source: one of the model's URIs, or a bare Hub id (``org/name``) as before they were."""
+    unknown = SourceError(f"{value!r} is not an adapter source: write org/name or hf://org/name (the Hub), "
+                          "pvc://claim/path or s3://bucket/prefix")
+    if "://" in value:
+        if value.partition("://")[0] not in SCHEMES:
+            raise unknown
+        return parse_source(value)
+    try:
+        return _hub(value, value)
+    except SourceError:
+        raise unknown from None
+
+
+def adapter_source_problem(value: str) -> str | None:
+    try:
+        parse_adapter_source(value)
+    except SourceError as exc:
+        return str(exc)
+    return None

@@ -165,16 +165,19 @@ def _repeated(event: tuple[str, str, str], previous: Mapping[str, Any] | None) -
 
 
 def sync(kube: PodLister, owner: Owner, spec: LLMDeploymentSpec, config: ServingConfig, *,
-         previous: Mapping[str, Any] | None = None, client: Client | None = None) -> Synced:
+         previous: Mapping[str, Any] | None = None, client: Client | None = None,
+         waiting: Mapping[str, str] | None = None) -> Synced:
     """The reconcile's hook: after the children are written, bring the Ready pods' adapters to the spec
-    (``previous``: status.lora as read, so a failure already reported is not an Event again)."""
+    (``previous``: status.lora as read, so a failure already reported is not an Event again; ``waiting``: the
+    s3:// adapters still downloading into the cache, not loaded yet)."""
     updates = lora_sync.updates_for(spec, config.vllm.version, nodes=config.nodes)
     if updates is None:
         return Synced()
     pods = ready_pods(kube.pods(owner.namespace, f"{INSTANCE_LABEL}={owner.name}"))
-    views, events = sync_pods(updates, lora_sync.wanted(spec), pods, client=client)
+    want = lora_sync.wanted(spec, tuple(waiting or ()))
+    views, events = sync_pods(updates, want, pods, client=client)
     events = [e for e in events if not _repeated(e, previous)]
-    status = lora_sync.lora_status(updates, lora_sync.wanted(spec), views)
+    status = lora_sync.lora_status(updates, want, views, sources=lora_sync.sources(spec), waiting=waiting)
     for _, reason, message in events:
         logger.info("%s/%s: %s: %s", owner.namespace, owner.name, reason, message)
     return Synced(status.model_dump(by_alias=True, exclude_none=True, mode="json"), events,

@@ -37,9 +37,11 @@ def s3_credentials(options: S3Options | None, secret: SecretReader) -> Credentia
                        secret(ref.name, ref.secret_access_key_key, "the S3 secret access key"))
 
 
-def s3_client(options: S3Options | None, secret: SecretReader, *, timeout: float) -> S3Client:
+def s3_client(options: S3Options | None, secret: SecretReader, *, timeout: float,
+              field: str = "spec.model.s3") -> S3Client:
+    """A client for the store ``options`` describe (``field``: where the spec says so, for the messages)."""
     region = options.region if options else "us-east-1"
-    return S3Client(s3_endpoint(options), region, s3_credentials(options, secret), timeout=timeout)
+    return S3Client(s3_endpoint(options), region, s3_credentials(options, secret), timeout=timeout, field=field)
 
 
 class S3ModelReader:

@@ -10,17 +10,18 @@ unloads the ones the spec dropped. Rollout: the adapters are in ``--lora-modules
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, LoRAAdapterStatus, LoRAStatus
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, LoRAAdapterStatus, LoRASpec, LoRAStatus
 from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.render import lora_volumes
 from llm_autopilot.vllm.flags import named_options
 from llm_autopilot.vllm.versions import RUNTIME_LORA_UPDATING_READ, VLLMVersion, behaviour_of
 
 __all__ = ["Action", "PodView", "Served", "Updates", "actions", "lora_status", "runtime", "served_adapters",
-           "settled", "updates_for", "wanted"]
+           "settled", "sources", "updates_for", "wanted"]
 
 #: ``--api-server-count`` and its short alias (vllm/data/flags.json)
 _API_SERVERS = frozenset({"--api-server-count", "-asc"})
@@ -69,7 +70,20 @@ def updates_for(spec: LLMDeploymentSpec, version: VLLMVersion, *, nodes: int = 1
         return Updates(False, f"extraArgs run {servers} API servers, which vLLM refuses with runtime LoRA "
                               "updating: the adapters are in the pods' --lora-modules, and a change rolls the pods")
     return Updates(True, f"spec.lora.runtimeUpdates on vLLM {version}: the operator loads and unloads adapters on "
-                         "each Ready pod without a rollout")
+                         "each Ready pod without a rollout" + _defaults_note(lora))
+
+
+def _defaults_note(lora: LoRASpec) -> str:
+    """What runtime updating cannot keep from a rollout: the slots are sized at start-up, and a default that
+    follows the adapters (maxLoras: one per adapter; maxLoraRank: their largest rank) moves with them."""
+    unset = [name for name, value in (("maxLoras", lora.max_loras), ("maxLoraRank", lora.max_lora_rank))
+             if value is None]
+    if not unset:
+        return ""
+    both = len(unset) > 1
+    return (f", but {' and '.join(unset)} {'follow' if both else 'follows'} the adapters (unset) and a change of "
+            f"{'them' if both else 'it'} is a rollout (slots are sized at start-up): set {'both' if both else 'it'} "
+            "to keep adapter changes runtime")
 
 
 @dataclass(frozen=True, order=True)
@@ -80,9 +94,16 @@ class Served:
     path: str
 
 
-def wanted(spec: LLMDeploymentSpec) -> tuple[Served, ...]:
-    """The spec's adapters, with the path vLLM loads each from (the Hub id, as --lora-modules has it)."""
-    return tuple(Served(a.name, a.source.removeprefix("hf://")) for a in (spec.lora.adapters if spec.lora else []))
+def wanted(spec: LLMDeploymentSpec, waiting: Collection[str] = ()) -> tuple[Served, ...]:
+    """The spec's adapters, with the path vLLM loads each from (render/lora_volumes.py: the Hub id, or a folder
+    in the pod, as --lora-modules has it); ``waiting``: the s3:// adapters not downloaded yet, left out."""
+    return tuple(Served(a.name, lora_volumes.adapter_path(spec, a))
+                 for a in (spec.lora.adapters if spec.lora else []) if a.name not in waiting)
+
+
+def sources(spec: LLMDeploymentSpec) -> dict[str, str]:
+    """Each adapter's source as the spec writes it, by name (status.lora.adapters[].source)."""
+    return {a.name: a.source for a in (spec.lora.adapters if spec.lora else [])}
 
 
 def served_adapters(models: Any) -> tuple[Served, ...] | None:
@@ -125,23 +146,30 @@ class PodView:
     unreadable: str = ""
 
 
-def lora_status(updates: Updates, want: Sequence[Served], pods: Sequence[PodView]) -> LoRAStatus:
+def lora_status(updates: Updates, want: Sequence[Served], pods: Sequence[PodView], *,
+                sources: Mapping[str, str] | None = None, waiting: Mapping[str, str] | None = None) -> LoRAStatus:
     """Per adapter of the spec, the Ready pods that serve it and those that do not yet (with why); per adapter
-    the spec dropped that a pod still serves, where (``pods``: still serving it)."""
+    the spec dropped that a pod still serves, where (``pods``: still serving it). ``sources``: each adapter's
+    source by name (else its path); ``waiting``: adapters no pod is asked to load yet (their download), with why."""
+    sources, waiting = sources or {}, waiting or {}
 
     def entry(adapter: Served, applied: Literal["Runtime", "Rollout"]) -> LoRAAdapterStatus:
         serving = tuple(p.name for p in pods if p.served is not None and adapter in p.served)
         pending = tuple(p.name for p in pods if p.name not in serving)
         why = [f"{p.name}: {p.errors.get(adapter.name) or p.unreadable}" for p in pods
                if p.name in pending and (p.errors.get(adapter.name) or p.unreadable)]
-        return LoRAAdapterStatus(name=adapter.name, source=adapter.path, applied=applied, pods=serving,
-                                 pending=pending, message="; ".join(why)[:500])
+        return LoRAAdapterStatus(name=adapter.name, source=sources.get(adapter.name, adapter.path), path=adapter.path,
+                                 applied=applied, pods=serving, pending=pending, message="; ".join(why)[:500])
 
-    wanted_names = {w.name for w in want}
+    def held(name: str) -> LoRAAdapterStatus:
+        return LoRAAdapterStatus(name=name, source=sources.get(name, ""), applied=updates.mode,
+                                 pending=tuple(p.name for p in pods), message=waiting[name][:500])
+
+    wanted_names = {w.name for w in want} | set(waiting)
     extra = sorted({s for p in pods for s in (p.served or ()) if s.name not in wanted_names})
     return LoRAStatus(updates=updates.mode, reason=updates.reason,
-                      adapters=tuple(entry(w, updates.mode) for w in want),
-                      removing=tuple(LoRAAdapterStatus(name=s.name, source=s.path, applied=updates.mode,
+                      adapters=(*(entry(w, updates.mode) for w in want), *(held(n) for n in waiting)),
+                      removing=tuple(LoRAAdapterStatus(name=s.name, source=s.path, path=s.path, applied=updates.mode,
                                                        pods=tuple(p.name for p in pods if s in (p.served or ())),
                                                        message=_why(s.name, pods)) for s in extra))
 
@@ -151,8 +179,9 @@ def _why(name: str, pods: Sequence[PodView]) -> str:
 
 
 def settled(status: LoRAStatus) -> bool:
-    """Whether every Ready pod serves exactly the spec's adapters."""
-    return not status.removing and not any(a.pending for a in status.adapters)
+    """Whether every Ready pod serves exactly the spec's adapters (an adapter still downloading is not: the next
+    resync looks again)."""
+    return not status.removing and not any(a.pending or not a.path for a in status.adapters)
 
 
 def runtime(spec: LLMDeploymentSpec, config: ServingConfig) -> bool:

@@ -71,7 +71,9 @@ def _error_code(response: httpx.Response) -> str:
 class S3Client:
     def __init__(self, endpoint: str, region: str, credentials: Credentials | None = None, *,
                  timeout: float = 10.0, transport: httpx.BaseTransport | None = None,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC), field: str = "spec.model.s3") -> None:
+        #: the spec's field that configures this store, named in the messages
+        self._field = field
         self._endpoint = endpoint.rstrip("/")
         parts = urlsplit(self._endpoint)
         self._host = parts.netloc
@@ -106,7 +108,7 @@ class S3Client:
             response = self._http.send(request, stream=stream)
         except httpx.HTTPError as exc:
             raise S3Error(f"cannot reach the S3 endpoint {self._endpoint} for {where} ({type(exc).__name__}: "
-                          f"{exc}); check spec.model.s3.endpoint") from exc
+                          f"{exc}); check {self._field}.endpoint") from exc
         if response.status_code >= 400 and response.status_code not in {404, 416}:
             if stream:
                 response.read()
@@ -119,14 +121,14 @@ class S3Client:
             return f"bucket of {where} does not exist at {self._endpoint}"
         if code in ("SignatureDoesNotMatch", "InvalidAccessKeyId"):
             return (f"the S3 store refused the credentials for {where} ({code}): check the access key id and "
-                    "secret access key in spec.model.s3.credentialsSecretRef")
+                    f"secret access key in {self._field}.credentialsSecretRef")
         if response.status_code == 403:
             if self._credentials is None:
-                hint = "give credentials (spec.model.s3.credentialsSecretRef)"
+                hint = f"give credentials ({self._field}.credentialsSecretRef)"
             elif code:
                 hint = "grant the key s3:GetObject and s3:ListBucket on it"
             else:  # a HEAD's answer has no body, so no code: wrong keys and missing rights look the same
-                hint = ("check the access key id and secret access key in spec.model.s3.credentialsSecretRef, "
+                hint = (f"check the access key id and secret access key in {self._field}.credentialsSecretRef, "
                         "and that the key may s3:GetObject and s3:ListBucket on it")
             return f"access to {where} was denied ({code or 403}): {hint}"
         return f"the S3 store answered {response.status_code} {code} for {where}".rstrip()
