@@ -1,6 +1,7 @@
 """Replicas across nodes on the local cluster's simulated H100 nodes: Llama-3.1-405B in bf16 as one StatefulSet
-group of two pods (one per 8-GPU node), Ready as a unit; a worker's OOM counts against the group's plan; with the
-LeaderWorkerSet CRD present, a LeaderWorkerSet the API server accepts."""
+group of two pods (one per 8-GPU node), Ready as a unit; a worker's OOM counts against the group's plan; the
+group verified per stage (its leader's vllm:cache_config_info from Prometheus); with the LeaderWorkerSet CRD
+present, a LeaderWorkerSet the API server accepts."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from tests.e2e.conftest import ROOT, Kubectl, Operator, wait_for
 from tests.e2e.helpers import apply_example, condition, remediation, running_pods, wait_condition
+from tests.e2e.metrics import VllmSimulator, forget_namespace, wait_for_series
 
 pytestmark = pytest.mark.e2e
 NAME = "llama-405b"
@@ -78,6 +80,46 @@ def test_a_workers_oom_counts_against_the_groups_plan(kubectl: Kubectl, operator
     rem = wait_for("rung 1", lambda: (r := remediation(kubectl, namespace, NAME)).get("rung") == 1 and r, 30)
     assert rem["history"][-1]["signal"] == "OOMKilled"
     assert rem["history"][-1]["evidence"].get("pod") == worker["metadata"]["name"]
+
+
+def test_a_group_is_verified_on_the_stage_that_bounds_its_kv_cache(
+        kubectl: Kubectl, operator: Operator, namespace: str, prometheus_url: str, vllm_sim: VllmSimulator) -> None:
+    """KWOK pods run no vLLM: the simulator plays the leader's /metrics (the engine's cache_config_info, which only
+    rank 0 serves), Prometheus scrapes it, and the operator reads it as it would a real leader's. The workers of a
+    simulated node have no log, so each stage's own room is said to be unread."""
+    apply_example(kubectl, namespace, "llama-3.1-405b-multinode.yaml")
+    llmd = wait_condition(kubectl, namespace, NAME, "Planned", "True", timeout=120)
+    stages = llmd["status"]["plan"]["stages"]
+    planned_blocks = min(s["kvCacheTokens"] for s in stages) // 16
+    # the engine has 10 % fewer blocks than the plan: about 2.5 % of an H100's memory, past the 2 % tolerance
+    blocks = planned_blocks * 9 // 10
+    leader = f"{GROUP}-0"
+    try:
+        vllm_sim.set_pod(namespace, leader, model_name="llama-405b", vllm_version="0.33.0", num_gpu_blocks=blocks,
+                         block_size=16)
+        wait_for_series(prometheus_url, f'vllm:cache_config_info{{namespace="{namespace}",pod="{leader}"}}')
+        # read once the group is Ready; a read before Prometheus had the series is retried on the next resync
+        llmd = wait_for("PlanVerified judged on the leader's engine", lambda: (
+            o if (c := condition(o := kubectl.json("llmd", NAME, "-n", namespace), "PlanVerified")) is not None
+            and c["reason"] in ("WithinTolerance", "OutsideTolerance") else None), timeout=120)
+    finally:
+        forget_namespace(vllm_sim, namespace)
+    verification = llmd["status"]["verification"]
+    assert verification["source"] == "metrics" and verification["actualBlocks"] == blocks
+    assert verification["predictedBlocks"] == planned_blocks and verification["errorPercent"] < -2
+    assert [p["pod"] for p in verification["pods"]] == [leader]  # one engine per group, on its leader
+    # each stage, with its pod; 63 + 63 layers: the plan's first stage bounds (equal stages, the first)
+    assert [(s["pod"], s["stage"], s["predictedBlocks"]) for s in verification["stages"]] == [
+        (f"{GROUP}-{i}", i, stages[i]["kvCacheTokens"] // 16) for i in (0, 1)]
+    assert verification["boundStage"] == 0 and [s["bounds"] for s in verification["stages"]] == [True, False]
+    assert all("errorPercent" not in s and s["problem"].startswith("log: ") for s in verification["stages"])
+    verified = condition(llmd, "PlanVerified")
+    assert verified is not None and (verified["status"], verified["reason"]) == ("False", "OutsideTolerance")
+    assert f"{blocks * 16:,} tokens" in verified["message"]
+    assert "stage 0 bounds the KV cache (vLLM gives every stage the blocks of the stage with the fewest) by the " \
+           "plan: not every stage's room could be read" in verified["message"]
+    described = kubectl("describe", "llmd", NAME, "-n", namespace).stdout
+    assert "PlanNotVerified" in described and "Bound Stage" in described
 
 
 @pytest.fixture

@@ -225,6 +225,55 @@ def test_a_verified_deployment_calibrates_the_next_one_and_is_not_rolled_by_it()
     assert first.status["kvCalibration"]["deployments"] == 2 and deployment_args(first) != args_before
 
 
+#: a plan whose flags follow the calibrated KV room: the longest max_model_len the L4's room holds
+L4_AUTO = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"}, "serving": {"maxModelLen": "auto"}}
+L4_KEY = CalibrationKey("L4", "0.33.0", "qwen3")
+
+
+def test_the_choice_is_recorded_before_the_children_so_a_lost_status_write_rolls_nothing() -> None:
+    """Review finding 9: the pin went out with the status after the children. With that write lost, the next
+    pass chose again from the store as it was then, and the deployment rolled because another one was measured.
+    The pin is now recorded with the remediation step, before the first child is written."""
+    now = datetime.now(UTC)  # the reconcile's own clock: samples must not be in its future
+    book = CalibrationBook(ConfigMaps(), OPERATOR_NS)
+    book.record(SampleToRecord(L4_KEY, Sample(0.97, now, "a/measured")), now)
+    run = Run(L4_AUTO, calibration=book)
+    run.once_losing_status()  # the children are written, the status Kopf writes after them is lost
+    args = deployment_args(run)
+    assert "plan" not in run.status  # the status after the children was really lost
+    pin = run.status.get("kvCalibration")
+    assert pin is not None and abs(pin["ratio"] - 0.97) < 0.001, run.status  # recorded before the children
+    book.record(SampleToRecord(L4_KEY, Sample(0.955, now, "b/measured")), now)  # another deployment is measured
+    run.once()
+    assert deployment_args(run) == args  # planned with the recorded choice: no roll
+    assert run.status["kvCalibration"]["ratio"] == pin["ratio"] and run.status["kvCalibration"]["deployments"] == 1
+    # the next spec change takes the store as it is then: both deployments, another max_model_len
+    run.generation, run.spec = 2, {**L4_AUTO, "serving": {"maxModelLen": "auto", "expectedConcurrency": 1}}
+    run.once()
+    assert run.status["kvCalibration"]["deployments"] == 2 and deployment_args(run) != args
+
+
+def test_a_deployment_moved_to_another_vllm_version_is_not_calibrated_by_the_old_ones_samples() -> None:
+    """Memory use drifts between vLLM versions: a sample measured under 0.33.0 does not calibrate the same
+    deployment once its spec names 0.32.0, and it says so."""
+    now = datetime.now(UTC)
+    book = CalibrationBook(ConfigMaps(), OPERATOR_NS)
+    book.record(SampleToRecord(L4_KEY, Sample(0.97, now, "a/measured")), now)
+    run = Run(L4_AUTO, calibration=book)
+    run.once()
+    assert abs(run.status["kvCalibration"]["ratio"] - 0.97) < 0.001
+    args = deployment_args(run)
+    run.generation, run.spec = 2, {**L4_AUTO, "vllm": {"version": "0.32.0"}}
+    run.once()
+    pin = run.status["kvCalibration"]
+    assert "ratio" not in pin and pin["vllmVersion"] == "0.32.0", pin
+    assert "covers vLLM 0.33.0 only" in pin["message"], pin
+    assert not any(r.startswith("kvCalibration") for r in run.status["plan"]["reasons"])
+    uncalibrated = Run(run.spec)  # the same spec planned with no store at all
+    uncalibrated.once()
+    assert deployment_args(run) == deployment_args(uncalibrated) != args
+
+
 def test_without_a_store_nothing_is_calibrated_and_nothing_fails() -> None:
     run = Run(H100_QWEN)
     run.once()

@@ -154,6 +154,23 @@ def test_capture_sizes_follow_max_num_seqs(vllm033: VLLMBehaviour) -> None:
     assert behaviour_of(VLLMVersion(0, 10, 2)).cuda_graph_capture_sizes(256, 2048) == 67  # every 8 before 0.11
 
 
+def test_a_pinned_capture_size_caps_the_graphs_and_their_memory(vllm033: VLLMBehaviour) -> None:
+    """--max-cudagraph-capture-size N replaces vLLM's default largest size (2 x max_num_seqs up to 512), still
+    within max_num_batched_tokens (VllmConfig._set_cudagraph_sizes, 0.33.0)."""
+    assert vllm033.cuda_graph_capture_sizes(256, 2048, 256) == 3 + 31 + 1  # 1, 2, 4, 8..248, 256
+    assert vllm033.cuda_graph_capture_sizes(256, 2048, 64) == 3 + 8
+    assert vllm033.max_cuda_graph_capture_size(256, 128, 256) == 128  # within max_num_batched_tokens
+    assert vllm033.max_cuda_graph_capture_size(8, 2048, 64) == 64  # replaces the default (16), as vLLM does
+    assert behaviour_of(VLLMVersion(0, 10, 2)).cuda_graph_capture_sizes(256, 2048, 64) == 3 + 8
+    full, capped = estimate(config(vllm033)), estimate(config(vllm033, max_cudagraph_capture_size=64))
+    assert 0 < capped.cuda_graph_bytes < full.cuda_graph_bytes
+    assert capped.kv_cache_bytes == pytest.approx(full.kv_cache_bytes + full.cuda_graph_bytes
+                                                  - capped.cuda_graph_bytes)
+    assert config(vllm033).cuda_graph_capture_size == 512
+    assert config(vllm033, max_cudagraph_capture_size=64).cuda_graph_capture_size == 64
+    assert config(vllm033, max_cudagraph_capture_size=64, enforce_eager=True).cuda_graph_capture_size == 0
+
+
 def test_online_fp8_is_flagged_only_for_unquantized_checkpoints(vllm033: VLLMBehaviour) -> None:
     assert config(vllm033, weight_format=WeightFormat.FP8).online_fp8
     fp8_ckpt = model("Qwen/Qwen3-32B-FP8")

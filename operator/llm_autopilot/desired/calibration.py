@@ -4,7 +4,9 @@ The store (planner/calibration.py) changes whenever any deployment is verified. 
 because another one was measured, so the calibration is chosen once per spec -- when a spec is first planned,
 for every GPU pool it is planned on -- and kept in ``status.kvCalibration`` with the spec's hash: remediation
 steps, resyncs and replica changes (``/scale``, an HPA, KEDA) of that spec plan with the same choices; the next
-change of the spec (other than replicas) takes the store as it is then. A deployment planned before this field
+change of the spec (other than replicas) takes the store as it is then. A new choice is recorded before the
+children that plan with it (``Intent.pin``, written with remediation's step), so a status write lost after them
+does not make it again from a store that has changed meanwhile. A deployment planned before this field
 existed keeps planning uncalibrated until its spec changes.
 
 A sample is the measured / predicted KV memory of the plan *before* calibration, so a calibrated deployment
@@ -93,6 +95,12 @@ class Calibrations:
         planned_before = raw is None and status.get("plan") is not None
         return cls(store, pinned, digest, now, planned_before, unreadable)
 
+    @property
+    def kept(self) -> bool:
+        """Whether the operator keeps a store (read or not): without one every choice is the same "not
+        calibrated", with one the next pass may choose otherwise."""
+        return self.store is not None or self.unreadable is not None
+
     def lookup(self, key: CalibrationKey) -> KVCalibration | NotCalibrated:
         if key not in self._found:
             self._found[key] = self._choose(key)
@@ -159,11 +167,11 @@ class SampleToRecord:
     sample: Sample
 
 
-def sample_of(key: CalibrationKey, results: tuple[tuple[str, Verification], ...], estimate: MemoryEstimate,
+def sample_of(key: CalibrationKey, results: tuple[tuple[str, Verification], ...], uncalibrated: float,
               deployment: str, now: datetime) -> SampleToRecord | None:
     """One sample per deployment: the median pod's measured / uncalibrated-predicted KV memory (None: nothing
-    read, or no KV room predicted)."""
-    uncalibrated = estimate.uncalibrated_kv_bytes
+    read, or no KV room predicted). ``uncalibrated``: the predicted room the arithmetic alone gives (the plan's;
+    for groups across nodes the bounding stage's, whose blocks the engine reports)."""
     if not results or uncalibrated <= 0:
         return None
     ratios = sorted(v.actual_kv_bytes / uncalibrated for _, v in results)

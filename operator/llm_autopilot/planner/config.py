@@ -53,10 +53,20 @@ class ServingConfig:
     lora: LoRASettings | None = None
     #: earlier deployments' measured / predicted KV memory, applied capped (planner/calibration.py)
     kv_calibration: KVCalibration | None = None
+    #: ``--max-cudagraph-capture-size``: the largest batch captured in a CUDA graph (None: vLLM's default)
+    max_cudagraph_capture_size: int | None = None
 
     @property
     def num_gpus(self) -> int:
         return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def cuda_graph_capture_size(self) -> int:
+        """The largest batch (tokens) vLLM captures a CUDA graph for; 0 in eager mode."""
+        if self.enforce_eager:
+            return 0
+        return self.vllm.max_cuda_graph_capture_size(self.max_num_seqs, self.max_num_batched_tokens,
+                                                     self.max_cudagraph_capture_size)
 
     @property
     def gpus_per_pod(self) -> int:

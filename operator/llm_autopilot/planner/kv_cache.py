@@ -45,8 +45,9 @@ def kv_cache_group_size(full: int, sliding: int) -> int:
     return larger if larger < smaller * 1.5 else smaller
 
 
-def stage_layer_split(m: ModelArchitecture, pp: int) -> tuple[int, int]:
-    """(full-attention, sliding-window) layer slots on the busiest pipeline stage.
+def stage_layer_split(m: ModelArchitecture, pp: int, layers: int | None = None) -> tuple[int, int]:
+    """(full-attention, sliding-window) layer slots on the busiest pipeline stage (``layers``: on a stage of that
+    many layers instead).
 
     vLLM's hybrid KV-cache manager puts layers into groups of equal size (:func:`kv_cache_group_size`)
     and gives every group its own blocks, so a partly filled last group costs a full one:
@@ -55,7 +56,7 @@ def stage_layer_split(m: ModelArchitecture, pp: int) -> tuple[int, int]:
     if pp == 1:
         full, sliding = m.num_full_attention_layers, m.num_sliding_window_layers
     else:
-        layers = stage_layers(m.num_layers, pp)
+        layers = stage_layers(m.num_layers, pp) if layers is None else layers
         sliding = math.ceil(m.num_sliding_window_layers * layers / m.num_layers)
         full = layers - sliding
     if full == 0 or sliding == 0:
@@ -64,10 +65,11 @@ def stage_layer_split(m: ModelArchitecture, pp: int) -> tuple[int, int]:
     return math.ceil(full / group) * group, math.ceil(sliding / group) * group
 
 
-def kv_block_bytes(m: ModelArchitecture, tp: int, pp: int, dtype: KVCacheDtype, block_size: int) -> int:
+def kv_block_bytes(m: ModelArchitecture, tp: int, pp: int, dtype: KVCacheDtype, block_size: int, *,
+                   layers: int | None = None) -> int:
     """Bytes of one block of vLLM's pool (``num_gpu_blocks`` counts these): a page of ``block_size`` tokens for
-    every layer of one KV-cache group."""
-    full, sliding = stage_layer_split(m, pp)
+    every layer of one KV-cache group (of the busiest stage; ``layers``: of a stage with that many layers)."""
+    full, sliding = stage_layer_split(m, pp, layers)
     return kv_cache_group_size(full, sliding) * kv_bytes_per_token_per_layer(m, tp, dtype) * block_size
 
 
@@ -152,6 +154,7 @@ def kv_capacity(
     limit: int,
     reserve_null_block: bool,
     group_aware_size: bool,
+    layers: int | None = None,
 ) -> KVCapacity:
     """vLLM's arithmetic for one KV room (``v1/core/kv_cache_utils.py``).
 
@@ -159,9 +162,10 @@ def kv_capacity(
     grouped in equal sizes); a request takes ``cdiv(len, block)`` blocks in each full-attention group and a
     window's worth plus one in each sliding-window group. The printed size is, from 0.24, the group-aware
     ``int(pool blocks / blocks per request x max_model_len)``; before, ``pool blocks // groups x block``.
-    The largest admitted length leaves out the null block when the version reserves it.
+    The largest admitted length leaves out the null block when the version reserves it. ``layers``: the room
+    of a pipeline stage with that many layers (the size only; the longest request is the busiest stage's).
     """
-    full, sliding = stage_layer_split(m, pp)
+    full, sliding = stage_layer_split(m, pp, layers)
     per_layer_block = kv_bytes_per_token_per_layer(m, tp, dtype) * block_size
     group = kv_cache_group_size(full, sliding)
     if per_layer_block <= 0 or group == 0 or available_bytes <= 0:

@@ -125,6 +125,8 @@ class StageMemory:
     kv_cache_bytes: float
     kv_bytes_per_token: int
     kv_cache_tokens: int
+    #: what a KV calibration added to ``kv_cache_bytes`` (planner/calibration.py; the plan's as a whole does)
+    kv_calibration_bytes: float = 0.0
 
 
 def gpu_weight_bytes(c: ServingConfig) -> float:
@@ -138,9 +140,11 @@ def gpu_weight_bytes(c: ServingConfig) -> float:
 
 def stage_breakdown(c: ServingConfig) -> tuple[StageMemory, ...]:
     """The memory of every pipeline stage's GPUs. vLLM gives every stage as many KV blocks as the one with the
-    fewest (``get_kv_cache_configs``), so the plan's KV cache is the smallest stage's."""
+    fewest (``get_kv_cache_configs``), so the plan's KV cache is the smallest stage's. A KV calibration moves
+    each stage's room as it moves the plan's (capped the same way)."""
     m, tp, pp = c.model, c.tensor_parallel_size, c.pipeline_parallel_size
-    budget = c.gpu.total_bytes * c.gpu_memory_utilization
+    total = float(c.gpu.total_bytes)
+    budget = total * c.gpu_memory_utilization
     fixed = activation_peak_bytes(c) + non_torch_bytes(c)
     per_layer = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype) / max(1, stage_layers(m.num_layers, pp))
     block = c.block_size
@@ -154,9 +158,11 @@ def stage_breakdown(c: ServingConfig) -> tuple[StageMemory, ...]:
         lora = lora_slots_bytes(c, layers, first) + lora_profile_bytes(c)
         first += layers
         available = budget - on_gpu - fixed - lora - (graphs if c.vllm.cuda_graphs_in_budget else 0.0)
+        calibration = c.kv_calibration.delta_bytes(available, total) if c.kv_calibration is not None else 0.0
+        available += calibration
         token_bytes = round(per_layer * layers)
         tokens = int(max(available, 0) // (token_bytes * block)) * block if token_bytes else 0
-        stages.append(StageMemory(i, layers, on_gpu, graphs, available, token_bytes, tokens))
+        stages.append(StageMemory(i, layers, on_gpu, graphs, available, token_bytes, tokens, calibration))
     return tuple(stages)
 
 
@@ -213,7 +219,7 @@ def cuda_graph_bytes(c: ServingConfig) -> float:
 def _graph_bytes(c: ServingConfig, layers: int) -> float:
     if c.enforce_eager:
         return 0.0
-    sizes = c.vllm.cuda_graph_capture_sizes(c.max_num_seqs, c.max_num_batched_tokens)
+    sizes = c.vllm.cuda_graph_capture_sizes(c.max_num_seqs, c.max_num_batched_tokens, c.max_cudagraph_capture_size)
     if c.lora is not None:  # captured for no adapter and for max_loras + 1 (planner/lora.py)
         sizes *= 2
     return _CUDA_GRAPH_BASE + layers * sizes * _CUDA_GRAPH_PER_LAYER_PER_SIZE

@@ -39,6 +39,8 @@ class Targets:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool = False
+    #: the largest batch captured in a CUDA graph (None: vLLM's default; remediation lowers it before eager mode)
+    max_cudagraph_capture_size: int | None = None
     #: GPUs one node gives one pod: tensor parallelism stays within it, pipeline stages span nodes
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
     #: nodes of the pool one replica may span (None: as many as maxGPUs allows)

@@ -68,4 +68,6 @@ def choose_pool(pools: list[GPUPool], request_for: Callable[[GPUPool], PlanReque
     if feasible:
         *_, pool, best = min(feasible, key=lambda f: (f[0], f[1], f[2]))
         return PoolChoice(pool, best)
+    if len(pools) == 1 and not pools[0].nodes:  # the spec's own GPU, on no node yet: no pool of the cluster tried
+        return PoolChoice(None, result)
     return PoolChoice(None, Infeasible("does not fit on any GPU pool in the cluster: " + " | ".join(failures)))

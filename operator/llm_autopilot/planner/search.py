@@ -180,6 +180,7 @@ def _config(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, layout: La
         enforce_eager=t.enforce_eager,
         lora=t.lora,
         kv_calibration=req.kv_calibration,
+        max_cudagraph_capture_size=t.max_cudagraph_capture_size,
     )
 
 
@@ -428,6 +429,11 @@ def _reasons(req: PlanRequest, c: _Candidate) -> list[Reason]:
     reasons.append(Reason("enforceEager", str(cfg.enforce_eager).lower(),
                           "set in the spec: no CUDA graphs" if cfg.enforce_eager
                           else f"CUDA graphs on (about {_gib(est.cuda_graph_bytes)} per GPU)"))
+    if cfg.max_cudagraph_capture_size is not None and not cfg.enforce_eager:
+        default = cfg.vllm.max_cuda_graph_capture_size(cfg.max_num_seqs, cfg.max_num_batched_tokens)
+        reasons.append(Reason("maxCudagraphCaptureSize", str(cfg.cuda_graph_capture_size),
+                              f"CUDA graphs captured for batches up to {cfg.cuda_graph_capture_size} tokens instead "
+                              f"of vLLM's {default}: fewer graphs, less memory; larger batches run without one"))
     return reasons
 
 

@@ -12,6 +12,7 @@ plan could have given to a longer context or more requests. ``PlanVerified`` is 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ from enum import StrEnum
 
 from llm_autopilot.domain.precision import GIB
 from llm_autopilot.planner.config import ServingConfig
-from llm_autopilot.planner.kv_cache import kv_block_bytes
-from llm_autopilot.planner.memory import MemoryEstimate
+from llm_autopilot.planner.kv_cache import kv_block_bytes, kv_capacity
+from llm_autopilot.planner.memory import MemoryEstimate, stage_breakdown
 from llm_autopilot.vllm import startup
 from llm_autopilot.vllm.metrics import CACHE_CONFIG_INFO
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion
@@ -220,13 +221,22 @@ def verify(prediction: Prediction, observed: Observed, *, vllm_version: str, now
 
 @dataclass(frozen=True)
 class PodReading:
-    """What one Ready pod of the plan gave: vLLM's figures, or why neither source could be read."""
+    """What one Ready pod of the plan gave: vLLM's figures, or why neither source could be read.
+
+    A pod of a group across nodes also names its group and rank (its pipeline stage) and gives its stage's own KV
+    room, the "Available KV cache memory" of its own log (every node's first GPU prints it); only the group's
+    leader (rank 0) runs the engine, so only its ``observed`` is the engine's."""
 
     pod: str
     observed: Observed | None = None
     problem: str = ""
     #: the version the pod's vLLM reports (its /version; None: not read)
     vllm_version: str | None = None
+    group: str | None = None
+    stage: int | None = None
+    #: the stage's KV room in bytes, as its log gives it (None: not read, ``stage_problem`` says why)
+    stage_room: int | None = None
+    stage_problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -247,10 +257,31 @@ def pods_to_read(known: Known | None, plan_hash: str, ready: tuple[str, ...]) ->
 
 
 @dataclass(frozen=True)
+class StageResult:
+    """One pipeline stage of one group: its own KV room against the plan's for that stage (None: not read,
+    ``problem`` says why). ``bounds``: the stage whose block count vLLM gives every stage of the group."""
+
+    pod: str
+    stage: int
+    prediction: Prediction
+    verification: Verification | None = None
+    problem: str = ""
+    bounds: bool = False
+    group: str = ""
+
+    @property
+    def blocks(self) -> int | None:
+        """The blocks its room holds at its own block size (what vLLM compares across stages)."""
+        v = self.verification
+        return None if v is None else int(v.actual_kv_bytes // self.prediction.block_bytes)
+
+
+@dataclass(frozen=True)
 class Decision:
     """What to write. ``keep``: status.verification stays as it is; else ``results`` replace it (empty: it is
     removed). ``condition`` is PlanVerified's (status, reason, message); ``event`` goes out when the condition
-    changes."""
+    changes. For groups across nodes ``results`` are the engines (one per group, its leader's pod) and
+    ``stages`` every stage read."""
 
     condition: tuple[bool | None, str, str]
     keep: bool = False
@@ -258,6 +289,7 @@ class Decision:
     event: tuple[str, str, str] | None = None
     #: the pods run another vLLM than the plan was made for (the sentence; None: the same, or not known)
     mismatch: str | None = None
+    stages: tuple[StageResult, ...] = ()
 
     @property
     def worst(self) -> Verification | None:
@@ -305,6 +337,128 @@ def decide(prediction: Prediction, plan_hash: str, known: Known | None, readings
         message += f"; {mismatch}"
     event = ("Normal", "PlanVerified", message) if verified else ("Warning", "PlanNotVerified", message)
     return Decision(condition=(verified, reason, message), results=tuple(results), event=event, mismatch=mismatch)
+
+
+# ---- groups across nodes: one engine over pipeline stages ---------------------------------------------------
+
+@dataclass(frozen=True)
+class GroupPrediction:
+    """What a plan whose replicas span nodes (one pipeline stage per node) expects of each group.
+
+    Each stage's GPUs have their own KV room (its weights, layers and graphs differ), which that stage's pod
+    prints ("Available KV cache memory", per node). vLLM then gives every stage the block count of the stage
+    with the fewest (``get_kv_cache_configs``: ``min_num_blocks``, 0.32.0 and 0.33.0), so the engine's cache
+    -- its ``num_gpu_blocks`` and "KV cache size" on the leader -- is that stage's: ``bound``."""
+
+    stages: tuple[Prediction, ...]
+    bound: int
+    #: the engine's prediction: the bounding stage's room, blocks and block bytes, with vLLM's printed size
+    engine: Prediction
+    #: the bounding stage's room before a KV calibration moved it (what a calibration sample is measured against)
+    uncalibrated_kv_bytes: float
+
+
+def predict_group(config: ServingConfig) -> GroupPrediction:
+    """Each stage's prediction (planner/memory.py ``stage_breakdown``; its block bytes from its own layers) and
+    the engine's, the stage with the fewest blocks (the first of equals)."""
+    m, tp, pp = config.model, config.tensor_parallel_size, config.pipeline_parallel_size
+    total = float(config.gpu.total_bytes)
+    stages, bounds, uncalibrated = [], [], []
+    for s in stage_breakdown(config):
+        block_bytes = kv_block_bytes(m, tp, pp, config.kv_cache_dtype, config.block_size, layers=s.layers)
+        room = max(s.kv_cache_bytes, 0.0)
+        blocks = int(room // block_bytes) if block_bytes else 0
+        stages.append(Prediction(kv_cache_tokens=blocks * config.block_size, num_blocks=blocks,
+                                 block_size=config.block_size, kv_cache_bytes=room, block_bytes=block_bytes,
+                                 gpu_total_bytes=total))
+        bounds.append(s.layers)
+        uncalibrated.append(s.kv_cache_bytes - s.kv_calibration_bytes)
+    bound = min(range(len(stages)), key=lambda i: stages[i].num_blocks)
+    b = stages[bound]
+    window = config.max_num_batched_tokens * config.vllm.in_flight_batches(pipeline_parallel_size=pp)
+    printed = kv_capacity(m, tp, pp, config.kv_cache_dtype, available_bytes=b.kv_cache_bytes,
+                          max_model_len=config.max_model_len, max_num_batched_tokens=window,
+                          block_size=config.block_size, limit=m.max_position_embeddings,
+                          reserve_null_block=config.vllm.reserves_null_block,
+                          group_aware_size=config.vllm.group_aware_kv_size, layers=bounds[bound])
+    engine = dataclasses.replace(b, kv_cache_tokens=printed.tokens)
+    return GroupPrediction(tuple(stages), bound, engine, uncalibrated[bound])
+
+
+def decide_groups(prediction: GroupPrediction, plan_hash: str, known: Known | None,
+                  readings: tuple[PodReading, ...], *, vllm_version: str, now: datetime,
+                  tolerance_percent: float = TOLERANCE_PERCENT) -> Decision:
+    """:func:`decide` for groups across nodes: each group's engine (its leader's figures: vLLM's blocks, which
+    are the bounding stage's) against the plan's bounding stage judges PlanVerified, as a replica's pod does;
+    every stage's own room against the plan's for that stage is one more figure per stage, and the stage that
+    bounds the cache is named (measured when every stage of the group was read, else the plan's). A group whose
+    leader gave no engine figures is judged on the fewest blocks of its stages' rooms when every one was read."""
+    engines: list[PodReading] = []
+    stages: list[StageResult] = []
+    measured = True  # every group's bound from its stages' rooms (else, for some, the plan's)
+    by_group: dict[str, list[PodReading]] = {}
+    for r in readings:
+        by_group.setdefault(r.group if r.group is not None else f"pod {r.pod}", []).append(r)
+    for name in sorted(by_group):
+        members = sorted(by_group[name], key=lambda r: (r.stage is None, r.stage or 0, r.pod))
+        results = [_stage_result(prediction, r, now=now, vllm_version=vllm_version,
+                                 tolerance_percent=tolerance_percent) for r in members if r.stage is not None]
+        read = {s.stage: s.blocks for s in results if s.blocks is not None}
+        complete = sorted(read) == list(range(len(prediction.stages)))
+        bound = min(read, key=lambda i: (read[i], i)) if complete else prediction.bound
+        measured = measured and complete
+        stages += [dataclasses.replace(s, bounds=s.stage == bound, group=name) for s in results]
+        leader = next((r for r in members if r.stage in (0, None)), None)
+        if leader is not None and leader.observed is not None:
+            engines.append(leader)
+        elif complete:  # the engine's blocks are the fewest of its stages' (vLLM's rule)
+            engines.append(PodReading(members[0].pod, Observed(Source.LOG, num_blocks=min(read.values())),
+                                      vllm_version=leader.vllm_version if leader else None))
+        elif leader is not None:
+            engines.append(leader)
+    decision = decide(prediction.engine, plan_hash, known, tuple(engines), vllm_version=vllm_version, now=now,
+                      tolerance_percent=tolerance_percent)
+    if not stages or not decision.results:
+        return dataclasses.replace(decision, stages=tuple(stages))
+    status, reason, message = decision.condition
+    message += "; " + stage_summary(prediction, stages, measured=measured)
+    event = (decision.event[0], decision.event[1], message) if decision.event is not None else None
+    return dataclasses.replace(decision, condition=(status, reason, message), event=event, stages=tuple(stages))
+
+
+def _stage_result(prediction: GroupPrediction, r: PodReading, *, now: datetime, vllm_version: str,
+                  tolerance_percent: float) -> StageResult:
+    assert r.stage is not None
+    if not 0 <= r.stage < len(prediction.stages):
+        return StageResult(r.pod, r.stage, prediction.engine,
+                           problem=f"rank {r.stage} is not one of the plan's {len(prediction.stages)} stages")
+    planned = prediction.stages[r.stage]
+    if r.stage_room is None:
+        return StageResult(r.pod, r.stage, planned, problem=r.stage_problem or "no \"Available KV cache memory\" "
+                                                                              "line in its log")
+    v = verify(planned, Observed(Source.LOG, kv_cache_bytes=r.stage_room), now=now,
+               vllm_version=_release(r.vllm_version) or vllm_version, tolerance_percent=tolerance_percent)
+    return StageResult(r.pod, r.stage, planned, v)
+
+
+def stage_summary(prediction: GroupPrediction, stages: list[StageResult], *, measured: bool = True) -> str:
+    """The sentence on the stages: which bounds the KV cache (``measured``: from every stage's room as read;
+    else the plan's for a group whose rooms were not all read), and each one's own room against the plan's."""
+    bounding = sorted({s.stage for s in stages if s.bounds})
+    planned = prediction.bound
+    which = (f"stage {bounding[0]} bounds the KV cache (vLLM gives every stage the blocks of the stage with the "
+             f"fewest)" if len(bounding) == 1 else
+             f"stages {', '.join(map(str, bounding))} bound the KV cache of their groups")
+    if not measured:
+        which += " by the plan: not every stage's room could be read"
+    if len(bounding) == 1 and prediction.stages[bounding[0]].num_blocks > prediction.stages[planned].num_blocks:
+        which += f"; the plan expected stage {planned} to bound it"
+    figures = ", ".join(
+        f"{s.stage} {s.verification.error_percent:+.2f} %" if s.verification is not None else f"{s.stage} unread"
+        for s in sorted(stages, key=lambda s: (s.stage, s.pod))[:8])
+    unread = [f"{s.pod}: {s.problem}" for s in stages if s.verification is None]
+    more = f" (unread: {'; '.join(unread[:3])})" if unread else ""
+    return f"{which}; each stage's own room against the plan's, in % of GPU memory: {figures}{more}"
 
 
 def _release(text: str | None) -> str | None:

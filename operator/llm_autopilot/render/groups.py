@@ -14,7 +14,10 @@ vLLM 0.33 runs one engine across nodes natively (``--nnodes``, ``--node-rank``, 
   the default ``RecreateGroupOnPodRestart`` restarts a group as a unit.
 
 Every pod carries the LLMDeployment's labels and the plan hash, so a worker's crash or OOM counts against the plan
-like the leader's. Clients reach the leaders through the LLMDeployment's own Service.
+like the leader's. Clients reach the leaders through the LLMDeployment's own Service. With a burn-in
+(spec.verification.burnIn) every pod of a group carries its readiness gate (a StatefulSet has one template for
+every rank): the load goes to the leader, and its verdict is written on every pod of the group, which is Ready
+as one unit, as its probes already make it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from llm_autopilot.render.kubernetes import (
     PLAN_HASH,
     Owner,
     WorkloadInputs,
+    burn_in_gate,
     container,
     http_probes,
     labels,
@@ -44,6 +48,9 @@ POD_INDEX_LABEL = "apps.kubernetes.io/pod-index"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_CRD = "leaderworkersets.leaderworkerset.x-k8s.io"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
+#: the labels that give a group pod's group and rank (:func:`rank_of`), kept by the operator's pod watch
+RANK_LABELS = (GROUP_LABEL, POD_INDEX_LABEL, LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL)
 #: vLLM's default --master-port (ParallelConfig.master_port)
 MASTER_PORT = 29501
 NODE_RANK_ENV = "LLM_AUTOPILOT_NODE_RANK"
@@ -79,6 +86,17 @@ def group_name(name: str, index: int) -> str:
 def leader_selector(owner: Owner, *, leader_worker_set: bool) -> dict[str, str]:
     """The pods that serve the API: rank 0 of every group."""
     return {**selector(owner), (LWS_WORKER_INDEX_LABEL if leader_worker_set else POD_INDEX_LABEL): "0"}
+
+
+def rank_of(pod_labels: Mapping[str, str]) -> tuple[str, int] | None:
+    """A group pod's (group, rank) from the labels its controller sets -- a StatefulSet's group label and pod
+    index, or a LeaderWorkerSet's group and worker index -- (None: not a pod of a group). The rank is the pod's
+    pipeline stage (one stage per node)."""
+    for group_label, rank_label in ((GROUP_LABEL, POD_INDEX_LABEL), (LWS_GROUP_INDEX_LABEL, LWS_WORKER_INDEX_LABEL)):
+        group, rank = pod_labels.get(group_label), pod_labels.get(rank_label)
+        if isinstance(group, str) and isinstance(rank, str) and rank.isdigit() and len(rank) <= 4:
+            return group, int(rank)
+    return None
 
 
 def _exec_probes(startup_seconds: int) -> dict[str, Any]:
@@ -130,7 +148,7 @@ def statefulset(inputs: WorkloadInputs, index: int, *, replicas: int | None = No
             "selector": {"matchLabels": {**selector(owner), GROUP_LABEL: str(index)}},
             "template": {
                 "metadata": {"labels": pod_labels, "annotations": {PLAN_HASH: plan_hash(inputs)}},
-                "spec": pod_spec(inputs, vllm),
+                "spec": burn_in_gate(inputs, pod_spec(inputs, vllm)),
             },
         },
     })
@@ -157,9 +175,9 @@ def leader_worker_set(inputs: WorkloadInputs, *, replicas: int | None = None) ->
                 "size": c.nodes,
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {"metadata": {"labels": labels(owner), "annotations": annotations},
-                                   "spec": pod_spec(inputs, leader)},
+                                   "spec": burn_in_gate(inputs, pod_spec(inputs, leader))},
                 "workerTemplate": {"metadata": {"labels": labels(owner), "annotations": annotations},
-                                   "spec": pod_spec(inputs, worker)},
+                                   "spec": burn_in_gate(inputs, pod_spec(inputs, worker))},
             },
         },
     })
