@@ -164,8 +164,10 @@ class Operator:
 
     def touched(self, namespace: str, since: int = 0) -> list[str]:
         """Log lines after `since` that name `namespace` (with --verbose: every object Kopf handles there, every
-        request the operator's client makes there)."""
-        return [line for line in self.output(since).splitlines() if namespace in line]
+        request the operator's client makes there). Kopf's namespace observer is not work in a namespace: it
+        watches the namespace list to match the operator's patterns, and logs any namespace's termination."""
+        return [line for line in self.output(since).splitlines()
+                if namespace in line and " kopf._core.reactor.observation " not in line]
 
     def mark(self) -> int:
         """The log's current end: count what happens from here on (output(since=...), reconciles(...))."""

@@ -241,6 +241,37 @@ def test_a_failed_download_says_why_and_holds_the_pods() -> None:
     assert "CacheFailed" in run.reasons() and run.cluster.deployment()["spec"]["replicas"] == 0
 
 
+def test_a_download_that_completed_on_a_retry_keeps_saying_why_it_was_retried() -> None:
+    """The retrying Job shows its failed try only until the retry ends, which can be sooner than a resync: the
+    pod's previous termination (lastState) is read when the Job succeeds, and kept while the status says Complete."""
+    run, _, job = cached_run()
+    error = "error: md5 mismatch for s3://models/tiny/model.safetensors: the download is not the file the source lists"
+    summary = json.dumps({"fetch": "complete", "files": 5, "bytes": 400, "downloaded": 400, "alreadyComplete": False})
+    run.cluster.objects[("Job", job)]["status"] = {"succeeded": 1}
+    run.cluster.job_pod_list[job] = [{"metadata": {"name": "fetch-1"}, "status": {"containerStatuses": [{
+        "name": "fetch", "restartCount": 1, "state": {"terminated": {"exitCode": 0, "message": summary}},
+        "lastState": {"terminated": {"exitCode": 1, "message": f"{{}}\n{error}"}}}]}}]
+    run.once()
+    cached = run.condition("ModelCached")
+    assert cached["status"] == "True" and cached["message"] == (
+        f"400 bytes in PVC {run.status['cache']['claimName']}; completed on a retry; the failed try said: {error}")
+    run.cluster.job_pod_list[job] = []  # the finished pod is gone: the status keeps what it read
+    run.once()
+    assert "md5 mismatch" in run.condition("ModelCached")["message"]
+
+
+def test_a_download_that_never_failed_says_only_its_size() -> None:
+    run, claim, job = cached_run()
+    summary = json.dumps({"fetch": "complete", "files": 5, "bytes": 400, "downloaded": 400, "alreadyComplete": False})
+    run.cluster.objects[("Job", job)]["status"] = {"succeeded": 1}
+    run.cluster.job_pod_list[job] = [{"metadata": {"name": "fetch-1"}, "status": {"containerStatuses": [{
+        "name": "fetch", "restartCount": 0, "state": {"terminated": {"exitCode": 0, "message": summary}},
+        # a previous run that succeeded (a kubelet restart) is not a failed try
+        "lastState": {"terminated": {"exitCode": 0, "message": "error: an old line"}}}]}}]
+    run.once()
+    assert run.condition("ModelCached")["message"] == f"400 bytes in PVC {claim}"
+
+
 def test_a_missing_existing_claim_is_named() -> None:
     body = {**CACHED_QWEN, "model": {"name": "Qwen/Qwen3-8B", "cache": {"enabled": True, "existingClaim": "gone"}}}
     run = Run(body)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
+from llm_autopilot.api.v1alpha1 import CachedAdapter, CacheStatus, LLMDeploymentSpec
 from llm_autopilot.controller.kube import LogUnavailable
 from llm_autopilot.desired.intent import cache_condition
-from llm_autopilot.render import cache
+from llm_autopilot.render import cache, lora_volumes
 from llm_autopilot.render.kubernetes import with_hash
 
 _LOG_LINES = 20
@@ -37,9 +37,63 @@ def _termination_message(pod: dict[str, Any]) -> str:
     return ""
 
 
+def _earlier_try(pod: dict[str, Any]) -> str:
+    """The termination message of the try before the current one (a container restarted in place,
+    ``restartPolicy: OnFailure``): kept once the Job succeeds, so a retried download still says why it retried."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        earlier = (status.get("lastState") or {}).get("terminated") or {}
+        if earlier.get("message") and int(earlier.get("exitCode") or 0) != 0:
+            return str(earlier["message"])
+    return ""
+
+
 def observe(kube: CacheCluster, inputs: cache.CacheInputs,
             previous: CacheStatus | None = None) -> tuple[list[dict[str, Any]], CacheStatus]:
-    """The cache objects to create (those missing) and the download's status.
+    """The cache objects to create (those missing) and the download's status: the model's, and each s3:// LoRA
+    adapter's (its own Job into the same PVC)."""
+    namespace, claim = inputs.namespace, inputs.claim
+    objects: list[dict[str, Any]] = []
+    if kube.get("v1", "PersistentVolumeClaim", claim, namespace) is None:
+        pvc = cache.pvc(inputs)
+        if pvc is None:  # spec.model.cache.existingClaim: no Job can fill a claim that does not exist
+            return [], CacheStatus(claim_name=claim, state="Failed",
+                                   message=f"PersistentVolumeClaim {claim!r} (spec.model.cache.existingClaim) does not "
+                                           f"exist in namespace {namespace}")
+        objects.append(with_hash(pvc))
+    jobs, status = _observe_model(kube, inputs, previous)
+    objects += jobs
+    jobs, adapters = _observe_adapters(kube, inputs)
+    return objects + jobs, status.model_copy(update={"adapters": adapters or None})
+
+
+def _observe_adapters(kube: CacheCluster, inputs: cache.CacheInputs) -> tuple[list[dict[str, Any]],
+                                                                               list[CachedAdapter]]:
+    """Each s3:// adapter's download Job (created while missing) and its state, from the Job (and, while it has
+    not succeeded, its newest pod's termination message: fetch's error line)."""
+    objects: list[dict[str, Any]] = []
+    found = []
+    for adapter, job in lora_volumes.download_jobs(inputs):
+        name = job["metadata"]["name"]
+        base = CachedAdapter(name=adapter.name, source=adapter.location.uri,
+                             folder=lora_volumes.cache_folder(inputs.spec, adapter), job_name=name, state="Pending")
+        live = kube.get("batch/v1", "Job", name, inputs.namespace)
+        if live is None:
+            objects.append(with_hash(job))
+            found.append(base)
+            continue
+        message = ""
+        if not int((live.get("status") or {}).get("succeeded") or 0):
+            pods = sorted(kube.job_pods(inputs.namespace, name),
+                          key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+            message = _termination_message(pods[-1]) if pods else ""
+        seen = cache.cache_status(inputs.claim, live, "", message)
+        found.append(base.model_copy(update={"state": seen.state, "message": seen.message[:500]}))
+    return objects, found
+
+
+def _observe_model(kube: CacheCluster, inputs: cache.CacheInputs,
+                   previous: CacheStatus | None = None) -> tuple[list[dict[str, Any]], CacheStatus]:
+    """The model's cache objects to create and its download's status.
 
     The pod of a finished Job is read once for its summary (the bytes): a status that already says Complete
     with its bytes is kept, so a cached deployment's resync reads no log.
@@ -48,13 +102,6 @@ def observe(kube: CacheCluster, inputs: cache.CacheInputs,
     job = cache.job(inputs)
     job_name = job["metadata"]["name"]
     objects: list[dict[str, Any]] = []
-    pvc = cache.pvc(inputs)
-    if kube.get("v1", "PersistentVolumeClaim", claim, namespace) is None:
-        if pvc is None:  # spec.model.cache.existingClaim
-            return [], CacheStatus(claim_name=claim, state="Failed",
-                                   message=f"PersistentVolumeClaim {claim!r} (spec.model.cache.existingClaim) does not "
-                                           f"exist in namespace {namespace}")
-        objects.append(with_hash(pvc))
     live = kube.get("batch/v1", "Job", job_name, namespace)
     if live is None:
         objects.append(with_hash(job))
@@ -62,20 +109,21 @@ def observe(kube: CacheCluster, inputs: cache.CacheInputs,
     succeeded = int((live.get("status") or {}).get("succeeded") or 0) > 0
     if (succeeded and previous is not None and previous.state == "Complete" and previous.total_bytes
             and previous.claim_name == claim):
-        return objects, previous
-    log = message = ""
+        return objects, previous.model_copy(update={"adapters": None})
+    log = message = earlier = ""
     pods = sorted(kube.job_pods(namespace, job_name),
                   key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
     if pods:
         newest = pods[-1]
         message = _termination_message(newest)
+        earlier = _earlier_try(newest)
         if not (succeeded and cache.has_summary(message)):  # a kubelet without termination files: the log says it
             try:
                 log = kube.current_log(namespace, str(newest["metadata"]["name"]), "fetch",
                                        tail_lines=_LOG_LINES, limit_bytes=_LOG_BYTES)
             except LogUnavailable:
                 log = ""
-    return objects, cache.cache_status(claim, live, log, message)
+    return objects, cache.cache_status(claim, live, log, message, earlier_try=earlier)
 
 
 def condition(status: CacheStatus) -> tuple[bool, str, str]:

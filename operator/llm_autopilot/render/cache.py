@@ -21,7 +21,7 @@ from typing import Any
 
 from llm_autopilot.api import GROUP
 from llm_autopilot.api.sources import HubSource, S3Source
-from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, ModelCache
+from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, ModelCache, S3Options
 
 CACHE_LABEL = f"{GROUP}/cache"
 CACHE_MOUNT = "/model-cache"
@@ -101,14 +101,27 @@ def pvc(inputs: CacheInputs) -> dict[str, Any] | None:
             "spec": spec}
 
 
+def s3_env(options: S3Options | None) -> list[dict[str, Any]]:
+    """The S3 keys from the referenced Secret, for ``llm-autopilot fetch`` (none for a public bucket)."""
+    if options is None or options.credentials_secret_ref is None:
+        return []
+    ref = options.credentials_secret_ref
+    return [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": ref.name,
+                                                                         "key": ref.access_key_id_key}}},
+            {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {
+                "name": ref.name, "key": ref.secret_access_key_key}}}]
+
+
+def s3_args(options: S3Options | None) -> list[str]:
+    if options is None:
+        return []
+    return [*(["--s3-endpoint", options.endpoint] if options.endpoint else []), "--s3-region", options.region]
+
+
 def _fetch_env(spec: LLMDeploymentSpec) -> list[dict[str, Any]]:
     model = spec.model
-    if isinstance(model.location, S3Source) and model.s3 and model.s3.credentials_secret_ref:
-        ref = model.s3.credentials_secret_ref
-        return [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": ref.name,
-                                                                             "key": ref.access_key_id_key}}},
-                {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {
-                    "name": ref.name, "key": ref.secret_access_key_key}}}]
+    if isinstance(model.location, S3Source):
+        return s3_env(model.s3)
     if isinstance(model.location, HubSource) and model.hub_token_secret_ref:
         ref_ = model.hub_token_secret_ref
         return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref_.name, "key": ref_.key}}}]
@@ -120,20 +133,24 @@ def fetch_args(spec: LLMDeploymentSpec) -> list[str]:
     args = ["fetch", "--source", model.location.uri, "--dest", f"{CACHE_MOUNT}/{CACHE_FOLDER}"]
     if model.revision:
         args += ["--revision", model.revision]
-    if isinstance(model.location, S3Source) and model.s3 is not None:
-        if model.s3.endpoint:
-            args += ["--s3-endpoint", model.s3.endpoint]
-        args += ["--s3-region", model.s3.region]
+    if isinstance(model.location, S3Source):
+        args += s3_args(model.s3)
     return args
 
 
 def job(inputs: CacheInputs) -> dict[str, Any]:
     """The download Job: resumes on a retry (the partial files are on the PVC), checks, marks complete."""
+    env = _fetch_env(inputs.spec) + ([{"name": "HF_ENDPOINT", "value": inputs.hub_endpoint}]
+                                     if inputs.hub_endpoint and inputs.spec.model.hub_repo else [])
+    return fetch_job(inputs, f"{inputs.claim}-fetch"[:63].rstrip("-"), fetch_args(inputs.spec), env)
+
+
+def fetch_job(inputs: CacheInputs, name: str, args: list[str], env: list[dict[str, Any]],
+              annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A Job that runs ``llm-autopilot fetch`` into the cache PVC (the model's, or an s3:// LoRA adapter's)."""
     claim = inputs.claim
     container = {
-        "name": "fetch", "image": inputs.image, "command": ["llm-autopilot"], "args": fetch_args(inputs.spec),
-        "env": _fetch_env(inputs.spec) + ([{"name": "HF_ENDPOINT", "value": inputs.hub_endpoint}]
-                                          if inputs.hub_endpoint and inputs.spec.model.hub_repo else []),
+        "name": "fetch", "image": inputs.image, "command": ["llm-autopilot"], "args": args, "env": env,
         "volumeMounts": [{"name": VOLUME, "mountPath": CACHE_MOUNT}],
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
@@ -152,9 +169,10 @@ def job(inputs: CacheInputs) -> dict[str, Any]:
         pod["nodeSelector"] = dict(gpu.node_selector)
     if gpu.tolerations:
         pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in gpu.tolerations]
-    return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": f"{claim}-fetch"[:63].rstrip("-"), "namespace": inputs.namespace,
-                         "labels": _labels(claim)},
+    metadata: dict[str, Any] = {"name": name, "namespace": inputs.namespace, "labels": _labels(claim)}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
             "spec": {"backoffLimit": FETCH_BACKOFF_LIMIT, "template": {"metadata": {"labels": _labels(claim)},
                                                                        "spec": pod}}}
 
@@ -203,14 +221,18 @@ def has_summary(text: str) -> bool:
 
 
 def cache_status(claim: str, job_obj: dict[str, Any] | None, log_tail: str = "",
-                 termination_message: str = "") -> CacheStatus:
+                 termination_message: str = "", *, earlier_try: str = "") -> CacheStatus:
     """What the Job and its pod say: Complete (the Job succeeded), Failed (out of retries), Downloading (its
-    latest progress line), else Pending."""
+    latest progress line), else Pending. ``earlier_try`` is the message of the pod's previous, failed try: a
+    download that completed on a retry keeps saying why it was retried (the window in which the retrying Job
+    shows it can be shorter than a resync)."""
     status = (job_obj or {}).get("status") or {}
     done = _last_json(termination_message, "complete") or _last_json(log_tail, "complete")
     if int(status.get("succeeded") or 0) > 0:
         total = int((done or {}).get("bytes") or 0) or None
-        return CacheStatus(claim_name=claim, state="Complete", bytes=total or 0, total_bytes=total, percent=100.0)
+        retried = _error_line(earlier_try)
+        return CacheStatus(claim_name=claim, state="Complete", bytes=total or 0, total_bytes=total, percent=100.0,
+                           message=f"completed on a retry; the failed try said: {retried}"[:500] if retried else "")
     failed = any(c.get("type") == "Failed" and c.get("status") == "True" for c in status.get("conditions") or [])
     progress = _last_json(log_tail, "progress")
     seen = int((progress or {}).get("bytes") or 0)
