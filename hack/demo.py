@@ -6,8 +6,10 @@ after the first run), gives the vllm-cpu pool a 4 MiB KV room (8,192 tokens) and
 examples/tiny-llama-vllm-cpu.yaml, which asks for max_model_len 16384. Then it shows what happens, as a
 platform engineer would see it: vLLM's start-up failure (the root cause in `kubectl logs --previous`, not in
 the 2 KiB termination message), the operator's step to vLLM's own estimate, the new pod serving a completion,
-and `kubectl describe llmd`; then the plan checked against vLLM's own KV figures (status.verification), and a
-second deployment planned with the calibration the first one's figures gave (status.kvCalibration).
+and `kubectl describe llmd`; then the plan checked against vLLM's own KV figures (status.verification), a
+second deployment planned with the calibration the first one's figures gave (status.kvCalibration), and a
+burn-in before traffic that finds a KV room too small for the plan's concurrency and has remediation act before
+the pod is ever Ready (status.burnIn, BurnInPassed).
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ def main() -> int:
             print(line)
     verification(get, NAME)
     calibration(kubectl, get)
+    burn_in(kubectl, get)
     print(f"\nThe pool keeps a KV room of its own; `kubectl annotate nodes -l {POOL} {KV_ANNOTATION}-` restores it. "
           "`make down` stops everything.")
     return 0
@@ -173,6 +176,50 @@ def calibration(kubectl: Any, get: Any) -> None:
     print(f"first: {measured['predictedTokens']} tokens predicted, {measured.get('actualTokens')} in vLLM; second "
           f"(calibrated): {calibrated['predictedTokens']} predicted, {calibrated.get('actualTokens')} in vLLM "
           f"(within one block of {block} tokens: {within})")
+
+
+def burn_in(kubectl: Any, get: Any) -> None:
+    """Step 8: the plan holds 8 requests of 2,048 tokens; the pool's real KV room holds 4. The burn-in (a readiness
+    gate) loads each new pod on its own IP before any Service sends it traffic; its failure is remediation's
+    evidence, and the ladder steps until a plan's burn-in passes."""
+    step("8. burn-in before traffic: the plan expects 8 concurrent requests of 2,048 tokens, the pool's real KV "
+         "room holds 4; each new pod is loaded on its own IP before it may be Ready")
+    name = "tiny-burn-in"
+    for other in ("tiny-first", "tiny-second", name):  # the pool's two GPUs
+        kubectl("delete", "llmd", other, "-n", dev.NAMESPACE, "--ignore-not-found", "--wait=true")
+    kubectl("annotate", "nodes", "-l", POOL, f"{KV_ANNOTATION}={4 * 2048 * 512}", "--overwrite")
+    example = json.loads(kubectl("create", "--dry-run=client", "-o", "json", "-f", str(EXAMPLE)))
+    spec = {**example["spec"], "serving": {"maxModelLen": 2048, "expectedConcurrency": 8},
+            "vllm": {**example["spec"]["vllm"], "gpuMemoryUtilization": 0.6},
+            # max_num_seqs may go down to 2: a burn-in of 2 requests fits the room
+            "remediation": {"cooldownSeconds": 0, "floors": {"minMaxNumSeqs": 2}},
+            # outputs long enough that the first request still runs when the last one is prefilled
+            "verification": {"burnIn": {"maxTokens": 64, "timeoutSeconds": 240}}}
+    body = {**example, "metadata": {"name": name, "namespace": dev.NAMESPACE}, "spec": spec}
+    print(f"spec.verification: {json.dumps(spec['verification'])}")
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump(body, f)
+        f.flush()
+        kubectl("apply", "-f", f.name)
+    started = time.monotonic()
+    first = wait("a remediation step on the burn-in's evidence (vLLM starts in about a minute)", lambda: (
+        (get("llmd", name).get("status", {}).get("remediation") or {}).get("history") or [None])[0], 900)
+    evidence = first["evidence"]
+    print(f"rung {first['rung']} ({first['signal']}, evidence from the {evidence.get('source')}): {first['message']}")
+    print("vLLM's own figures: " + ", ".join(f"{key} {evidence.get(key)}" for key in (
+        "requests", "peakRunning", "peakWaiting", "peakUsage", "preemptions", "fullWhileWaiting", "wallSeconds")))
+    print("that pod was never Ready: its readiness gate llm-autopilot.io/burn-in stayed False, so no Service "
+          "sent it traffic")
+
+    def passed() -> dict[str, Any] | None:
+        status = get("llmd", name).get("status", {})
+        found = next((c for c in status.get("conditions") or [] if c["type"] == "BurnInPassed"), None)
+        return found if found and found["status"] == "True" else None
+
+    verdict = wait("BurnInPassed=True (each step is a new pod and a new burn-in)", passed, 1800)
+    history = get("llmd", name)["status"]["remediation"]["history"]
+    print(f"{len(history)} step(s): {'; '.join(h['action'] for h in history)}")
+    print(f"BurnInPassed=True after {time.monotonic() - started:.0f}s: {verdict['message']}")
 
 
 def _sample(kubectl: Any, name: str) -> dict[str, Any] | None:

@@ -4,6 +4,8 @@ other): applying examples and specs, waiting on conditions, reading pods and arg
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -173,3 +175,27 @@ def run_pod(kubectl: Kubectl, namespace: str, manifest: dict[str, Any]) -> tuple
         return pod, json.loads(last)
     except json.JSONDecodeError:
         raise AssertionError(f"pod {name} ended {pod['status']['phase']}; its log:\n{logs}") from None
+
+
+def volume_with(kubectl: Kubectl, namespace: str, claim: str, files: Mapping[str, Path | bytes]) -> Path:
+    """A claim of the default (local-path) class, bound, with ``files`` written into its file system (as a
+    user copies weights onto a volume; world-readable); the folder of its PersistentVolume."""
+    apply(kubectl, namespace, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+                               "spec": {"accessModes": ["ReadWriteOnce"],
+                                        "resources": {"requests": {"storage": "64Mi"}}}})
+
+    def bound() -> dict[str, Any] | None:
+        found: dict[str, Any] = kubectl.json("pvc", claim, "-n", namespace)
+        return found if found["status"].get("phase") == "Bound" else None
+
+    found = wait_for(f"claim {claim} to be bound", bound, timeout=60, interval=1)
+    root = Path(kubectl.json("pv", found["spec"]["volumeName"])["spec"]["hostPath"]["path"])
+    for relative, content in files.items():
+        target = root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, Path):
+            shutil.copyfile(content, target)  # the cache's blobs, not its symlinks
+        else:
+            target.write_bytes(content)
+        target.chmod(0o644)
+    return root

@@ -11,7 +11,6 @@ from the read-only mount under the name clients use.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 from hack.localcluster import vllm_cpu
 
 from tests.e2e.conftest import Kubectl, _free_port, wait_for
+from tests.e2e.helpers import volume_with
 from tests.e2e.real_vllm import (
     MODEL,
     START_SECONDS,
@@ -57,29 +57,6 @@ def snapshot(model: str = MODEL) -> Path:
     return folders[-1]
 
 
-def volume_with(kubectl: Kubectl, namespace: str, files: dict[str, Path | bytes]) -> Path:
-    """A claim of the default (local-path) class, bound, with ``files`` written into its file system (as a
-    user copies weights onto a volume); the folder of its PersistentVolume."""
-    apply(kubectl, namespace, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": CLAIM},
-                               "spec": {"accessModes": ["ReadWriteOnce"],
-                                        "resources": {"requests": {"storage": "64Mi"}}}})
-    def bound() -> dict[str, Any] | None:
-        found: dict[str, Any] = kubectl.json("pvc", CLAIM, "-n", namespace)
-        return found if found["status"].get("phase") == "Bound" else None
-
-    claim = wait_for("the claim to be bound", bound, timeout=60, interval=1)
-    root = Path(kubectl.json("pv", claim["spec"]["volumeName"])["spec"]["hostPath"]["path"])
-    for relative, content in files.items():
-        target = root / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, Path):
-            shutil.copyfile(content, target)  # the cache's blobs, not its symlinks
-        else:
-            target.write_bytes(content)
-        target.chmod(0o644)
-    return root
-
-
 def planned(kubectl: Kubectl, namespace: str, name: str, reason: str | None = None,
             timeout: float = INSPECT_SECONDS) -> dict[str, Any]:
     """The Planned condition once it is True (or has ``reason``)."""
@@ -97,7 +74,7 @@ def test_air_gapped_a_pvc_model_is_planned_from_its_volume_and_serves(
         kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
     since = time.time()
     files = {f"{PATH}/{p.name}": p for p in snapshot().iterdir()}
-    volume_with(kubectl, namespace, files)
+    volume_with(kubectl, namespace, CLAIM, files)
     config = json.loads(files[f"{PATH}/config.json"].read_text())
     weight_bytes = files[f"{PATH}/model.safetensors"].stat().st_size
     hub = closed_hub()
@@ -146,9 +123,9 @@ def test_air_gapped_bad_volumes_get_a_condition_naming_claim_and_path_and_nothin
         kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
     since = time.time()
     model = snapshot()
-    volume_with(kubectl, namespace, {"good/model.safetensors": model / "model.safetensors",
-                                     "garbage/config.json": b"{\"hidden_size\": 128, oops",
-                                     "garbage/model.safetensors": model / "model.safetensors"})
+    volume_with(kubectl, namespace, CLAIM, {"good/model.safetensors": model / "model.safetensors",
+                                            "garbage/config.json": b"{\"hidden_size\": 128, oops",
+                                            "garbage/model.safetensors": model / "model.safetensors"})
     cases = {"no-claim": ("pvc://missing/x", "SourceNotFound", "PersistentVolumeClaim 'missing'"),
              "wrong-path": (f"pvc://{CLAIM}/good", "SourceUnreadable", "no config.json in /model/good"),
              "garbage": (f"pvc://{CLAIM}/garbage", "SourceUnreadable", "/model/garbage/config.json is not valid JSON")}

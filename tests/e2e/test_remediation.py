@@ -45,7 +45,7 @@ def test_kv_capacity_error_lowers_max_model_len_to_what_vllm_reported(kubectl: K
     new_len = int(wait_for("a shorter max_model_len", lowered, 30))
     assert new_len == 22272  # what vLLM reported, rounded down to 256
     # the operator records the step before it applies the children and writes the new plan into the status
-    # after them (reconcile.py::record_step): wait for both, or a quick poll sees rung 1 beside the old plan
+    # after them (reconcile.py::record_first): wait for both, or a quick poll sees rung 1 beside the old plan
     llmd = wait_for("the step and its plan in the status", lambda: (o := kubectl.json("llmd", "qwen", "-n", namespace))[
         "status"].get("remediation", {}).get("rung") == 1 and o["status"]["plan"]["maxModelLen"] == new_len and o, 30)
     assert llmd["status"]["plan"]["maxModelLen"] == new_len

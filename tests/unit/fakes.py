@@ -269,6 +269,16 @@ class Run:
         self.last = out
         return out
 
+    def once_losing_status(self) -> Outcome:
+        """One reconcile whose status write after the handler is lost (the operator died right after the children
+        were written, or the patch failed): only what the reconcile wrote to the status itself stays."""
+        before, written = copy.deepcopy(self.status), len(self.cluster.status_patches)
+        out = self.once()
+        self.status = before
+        for patch in self.cluster.status_patches[written:]:
+            self.status = merge_patch(self.status, patch)
+        return out
+
     def condition(self, type_: str) -> dict[str, Any]:
         return next(c for c in self.status.get("conditions", []) if c["type"] == type_)
 

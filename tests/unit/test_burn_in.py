@@ -4,6 +4,7 @@ as a table of named cases."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -66,6 +67,10 @@ def test_prompts_share_no_cached_prefix_block_and_stay_in_the_vocabulary() -> No
 LOAD = BurnInLoad(model="tiny", port=8000, requests=8, prompt_tokens=1843, max_tokens=16, timeout_seconds=300)
 HEALTHY = BurnInMeasurement(completed=8, sent=8, preemptions=0, peak_kv_usage=0.62, peak_waiting=3, peak_running=8,
                             samples=40, generated_tokens=128, wall_seconds=20.0)
+STARTED, MINUTE = datetime(2026, 12, 1, 10, 0, tzinfo=UTC), timedelta(minutes=1)
+#: the pod's vLLM killed a few seconds into the run: the requests in flight lose their connection
+KILLED = replace(HEALTHY, completed=3, errors=5, first_error="RemoteProtocolError: Server disconnected",
+                 started_at=STARTED, samples=12, wall_seconds=7.0)
 SHORT = BurnInLoad(model="tiny", port=8000, requests=8, prompt_tokens=1851, max_tokens=8, timeout_seconds=300)
 
 
@@ -77,6 +82,8 @@ class Case:
     reason: str
     signal: Signal | None
     says: str
+    #: when the kubelet last recorded the pod's vLLM OOM-killed
+    oom_killed_at: datetime | None = None
 
 
 CASES = [
@@ -101,12 +108,18 @@ CASES = [
          None, "8/8 answered"),
     Case("preemptions outrank a failed request", replace(HEALTHY, preemptions=1, errors=1, completed=7), False,
          "KVCacheTooSmall", Signal.KV_SATURATION, "preempted 1 times"),
+    Case("OOM-killed during the run: said, remediation's evidence is the termination", KILLED, False, "OOMKilled",
+         None, "vLLM was OOM-killed during the burn-in (at 2026-12-01T10:00:07Z", oom_killed_at=STARTED + MINUTE / 8),
+    Case("an OOM kill before the run is not this run's", KILLED, False, "RequestsFailed", None,
+         "5 of 8 requests failed (RemoteProtocolError", oom_killed_at=STARTED - MINUTE),
+    Case("a run that passed after an earlier OOM kill passed", replace(HEALTHY, started_at=STARTED), True,
+         BURN_IN_PASSED, None, "8/8 answered", oom_killed_at=STARTED - MINUTE),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_a_measurement_judged(case: Case) -> None:
-    verdict = judge("pod-a", LOAD, case.measured, gpus=2)
+    verdict = judge("pod-a", LOAD, case.measured, gpus=2, oom_killed_at=case.oom_killed_at)
     assert (verdict.passed, verdict.reason) == (case.passed, case.reason)
     assert case.says in verdict.message
     assert verdict.gpu_seconds == case.measured.wall_seconds * 2

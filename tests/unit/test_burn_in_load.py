@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import httpx
 
@@ -128,7 +131,10 @@ def test_the_runner_runs_once_per_pod_and_a_crash_is_a_failed_request() -> None:
     deadline = time.monotonic() + 5
     while runner.result("u1") is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert runner.result("u1") == BurnInMeasurement(completed=4, sent=4) and not runner.running("u1")
+    measured = runner.result("u1")
+    assert measured is not None and not runner.running("u1")
+    assert replace(measured, started_at=None) == BurnInMeasurement(completed=4, sent=4)
+    assert measured.started_at is not None and abs(datetime.now(UTC) - measured.started_at) < timedelta(seconds=30)
     runner.start("u1", "10.0.0.1", LOAD)  # measured: never again
     runner.start("u2", "bad", LOAD)
     while runner.result("u2") is None and time.monotonic() < deadline:
@@ -136,5 +142,49 @@ def test_the_runner_runs_once_per_pod_and_a_crash_is_a_failed_request() -> None:
     failed = runner.result("u2")
     assert failed is not None and failed.errors == 1 and failed.first_error == "RuntimeError: boom"
     assert calls == ["10.0.0.1", "bad"]
-    runner.forget({"u2"})
-    assert runner.result("u1") is None and runner.result("u2") is not None
+
+
+def _until(what: str, done: Callable[[], bool], seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_the_runner_keeps_only_the_results_its_owners_still_need() -> None:
+    """Results were kept for the operator's life (``forget`` was never called). Each reconcile now says which of
+    its object's runs it still needs; the others go, and a deleted object's all."""
+    release = threading.Event()
+
+    def run(address: str, load: BurnInLoad) -> BurnInMeasurement:
+        if address == "slow":
+            release.wait(5)
+        return BurnInMeasurement(completed=load.requests, sent=load.requests)
+
+    runner = BurnInRunner(run=run)
+    for uid, owner in (("a1", "A"), ("a2", "A"), ("b1", "B")):
+        runner.start(uid, "10.0.0.1", LOAD, owner=owner)
+    _until("three results", lambda: runner.kept() == 3)
+    runner.keep("A", ["a2"])  # a1 judged and recorded, or gone: dropped; B's untouched
+    assert (runner.result("a1"), runner.result("a2") is not None, runner.result("b1") is not None) == (
+        None, True, True)
+    runner.start("a1", "10.0.0.1", LOAD, owner="A")  # a new start of a dropped uid runs again (desired asks it)
+    runner.start("a3", "slow", LOAD, owner="A")
+    runner.keep("A", ["a1"])  # a3 still runs and is no longer wanted (its pod went): it leaves no result
+    assert runner.running("a3")
+    release.set()
+    _until("a3 finished", lambda: not runner.running("a3"))
+    _until("a1 measured again", lambda: runner.result("a1") is not None)
+    assert runner.result("a3") is None and runner.result("a2") is None and runner.kept() == 2
+    runner.forget_owner("B")  # its LLMDeployment was deleted
+    assert runner.result("b1") is None and runner.kept() == 1
+
+
+def test_a_run_wanted_again_before_it_ends_keeps_its_result() -> None:
+    release = threading.Event()
+    runner = BurnInRunner(run=lambda address, load: (release.wait(5), BurnInMeasurement(completed=1, sent=1))[1])
+    runner.start("u", "10.0.0.1", LOAD, owner="A")
+    runner.keep("A", [])  # a reconcile that did not need it, then one that does
+    runner.keep("A", ["u"])
+    release.set()
+    _until("measured", lambda: runner.result("u") is not None)

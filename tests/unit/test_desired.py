@@ -16,7 +16,7 @@ from llm_autopilot.controller.gather import read_world
 from llm_autopilot.controller.kube import NodeGPUs
 from llm_autopilot.controller.reconcile import reconcile
 from llm_autopilot.controller.settings import OperatorSettings
-from llm_autopilot.desired.world import World
+from llm_autopilot.desired.world import GPUNode, World
 from llm_autopilot.render import groups
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.workload import Live
@@ -75,11 +75,15 @@ def test_admission_and_the_reconcile_refuse_too_many_replicas_with_one_message(
     assert planned["reason"] == "TooManyReplicas"
     verdict = review(spec, str(DEFAULT_VLLM_VERSION), nodes=lambda: [(n.labels, n.allocatable_gpus) for n in nodes])
     assert not verdict.allowed and verdict.message == planned["message"]
-    # the webhook reads the nodes from the node index, and from the API server while the index is empty
+    # the webhook reads the nodes from the node index; while it holds fewer than one LIST showed (Kopf still
+    # listing them), that LIST's (test_admission_desired.py tables when)
     monkeypatch.setitem(handlers._state, "kube", cluster)
-    index = {None: [asyncio.run(handlers.gpu_nodes(body=_node(f"n{i}")))[None] for i in range(2)]}
-    assert handlers.review_nodes(index) == [(L4, 1), (L4, 1)]
-    assert handlers.review_nodes({}) == [(L4, 1)] * 4
+    monkeypatch.setitem(handlers._state, "node_view", handlers.NodeView(handlers.listed_gpu_nodes))
+    summaries = [asyncio.run(handlers.gpu_nodes(body=_node(f"n{i}")))[None] for i in range(4)]
+    assert handlers.review_nodes({None: summaries[:2]}) == tuple(GPUNode(L4, 1, 180.0) for _ in range(4))
+    assert not handlers.node_view().filled
+    assert handlers.review_nodes({None: summaries}) == tuple(GPUNode(L4, 1, 180.0) for _ in range(4))
+    assert handlers.node_view().filled and handlers.node_view().lists == 1
 
 
 def _node(name: str) -> dict[str, Any]:

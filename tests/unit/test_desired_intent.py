@@ -237,3 +237,37 @@ def test_a_refused_adapter_is_said_in_admissions_words() -> None:
     assert _conditions(intent)["Planned"] == ("False", "LoRAAdapterRefused") and not intent.retry
     assert intent.settled  # the same inputs refuse again: a resync may stay quiet
     assert intent.events and intent.events[0][:2] == ("Warning", "LoRAAdapterRefused")
+
+
+LORA_TWO = [{"name": "a", "source": "hf://acme/a"}, {"name": "b", "source": "acme/b"}]
+DEFAULT_RANK = {
+    # maxLoraRank left out: the largest rank the adapters' adapter_config.json give, rounded up to one vLLM takes
+    "the largest adapter rank": ({}, {"a": AdapterConfig(8, None), "b": AdapterConfig(32, None)}, "32"),
+    "rounded up to a rank vLLM accepts": ({}, {"a": AdapterConfig(8, None), "b": AdapterConfig(40, None)}, "64"),
+    "an adapter without adapter_config.json is not counted": ({}, {"a": AdapterConfig(8, None)}, "8"),
+    "no rank known: vLLM's default": ({}, {}, "16"),
+    "set in the spec: the spec's": ({"maxLoraRank": 64}, {"a": AdapterConfig(8, None)}, "64"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEFAULT_RANK))
+def test_the_rendered_max_lora_rank_follows_the_adapters_configs(case: str) -> None:
+    lora, configs, rank = DEFAULT_RANK[case]
+    spec = {**QWEN, "lora": {"adapters": LORA_TWO, **lora}}
+    world = dataclasses.replace(world_for(spec), adapters=AdapterReading(configs=configs))
+    intent = desired(spec, {}, answered(spec, world), NOW)
+    deployment = next(o for o in intent.objects if o["kind"] == "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--max-lora-rank") + 1] == rank, args
+    assert _conditions(intent)["Planned"] == ("True", "Planned")
+    assert f"lora=2x{rank}: 2 adapter slot(s) at rank {rank} reserved" in "\n".join(intent.status["plan"]["reasons"])
+
+
+def test_a_hub_outage_plans_nothing_rather_than_another_rank() -> None:
+    # an adapter the Hub did not answer for (and huggingface_hub has no copy of) must not plan the default rank
+    # as if it had no config: nothing is written, the running pods keep their plan
+    spec = {**QWEN, "lora": {"adapters": LORA_TWO}}
+    read = AdapterReading(configs={"a": AdapterConfig(8, None)}, errors=["lora adapter b: cannot reach the Hub"])
+    intent = desired(spec, {}, dataclasses.replace(world_for(spec), adapters=read), NOW)
+    assert _conditions(intent)["Planned"] == ("False", "LoRAAdapterUnresolved") and intent.retry
+    assert intent.objects == [] and intent.asks is None

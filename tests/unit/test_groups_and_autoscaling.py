@@ -28,6 +28,7 @@ from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH, Owner, Worklo
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, VLLMVersion, behaviour_of
 from tests.conftest import gpu, model
 from tests.unit.fakes import H100, L4, NAME, NAMESPACE, FakeCluster, Run
+from tests.unit.test_remediation import running as remediation_running
 
 OWNER = Owner(NAME, NAMESPACE, "uid")
 PROM = "http://prometheus.test:9090"
@@ -342,14 +343,12 @@ def test_auto_length_is_rendered_as_the_planners_number() -> None:
 
 
 def running(**kwargs: Any) -> Running:
-    values: dict[str, Any] = {
+    return remediation_running(**{
         "max_model_len": 8192, "max_num_batched_tokens": 2048, "max_num_seqs": 256, "enforce_eager": False,
         "gpu_memory_utilization": 0.92, "fp8_kv_cache": True, "gpus": 1, "replicas": 1, "memory_limit_gib": 36.0,
         "fp8_kv_allowed": True, "max_gpus": 1, "max_replicas": 4, "node_memory_gib": 180.0,
         "floor_max_model_len": 8192, "floor_gpu_memory_utilization": 0.7, "floor_max_num_seqs": 8,
-        "floor_max_num_batched_tokens": 512}
-    values.update(kwargs)
-    return Running(**values)
+        "floor_max_num_batched_tokens": 512, **kwargs})
 
 
 def test_kv_saturation_adds_a_replica_only_without_an_autoscaler() -> None:

@@ -263,6 +263,16 @@ def test_offline_with_nothing_cached_is_not_an_absent_optional_file(hub: FakeHub
         fetch_adapter_config(client(hub, cache_dir), QWEN3_06B)
 
 
+def test_an_adapter_config_read_once_is_answered_from_the_cache_while_the_hub_is_down(
+        hub: FakeHub, cache_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # maxLoraRank's default follows the adapters' ranks: a Hub outage must give the rank read before, not none
+    monkeypatch.setattr(huggingface_hub.utils._http, "time", _Backoff())
+    hub.repos["org/support"] = Repo({"adapter_config.json": json.dumps({"r": 32}).encode()})
+    assert fetch_adapter_config(client(hub, cache_dir, timeout=2), "org/support") == {"r": 32}
+    hub.stop()
+    assert fetch_adapter_config(client(hub, cache_dir, timeout=2), "org/support") == {"r": 32}
+
+
 # --- load_local -----------------------------------------------------------------------------------------
 
 

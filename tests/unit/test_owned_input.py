@@ -60,6 +60,8 @@ OWNED_CASES = [
     (["-cc.mode=0"], "spec.vllm.enforceEager"),
     (["-O0"], "spec.vllm.enforceEager"),
     (["-O3"], "spec.vllm.enforceEager"),
+    (["--max-cudagraph-capture-size", "8"], "spec.vllm.enforceEager"),  # remediation's CUDA-graph rung sets it
+    (["--cuda-graph-sizes=8"], "spec.vllm.enforceEager"),  # the same cap before vLLM 0.11
     (["--gpu-memory-utilization", "0.99"], "spec.vllm.gpuMemoryUtilization"),
     (["--gpu_memory_utilization=0.99"], "spec.vllm.gpuMemoryUtilization"),
     (["--max-num-seqs", "4096"], "spec.vllm.maxNumSeqs"),

@@ -4,12 +4,15 @@ guards, evidence."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm_autopilot.domain.precision import KVCacheDtype
+from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.planner.lora import LoRASettings
 from llm_autopilot.planner.plan import Targets
 from llm_autopilot.remediation.classify import Classification, Signal, classify_termination
 from llm_autopilot.remediation.evidence import (
@@ -24,12 +27,15 @@ from llm_autopilot.remediation.guards import Policy, State, Verdict, backoff_aft
 from llm_autopilot.remediation.ladder import (
     Overrides,
     Running,
+    Workload,
     candidates,
     max_model_len_floor,
     round_up_utilization,
 )
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render.kubernetes import memory_quantity
+from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, behaviour_of
+from tests.conftest import gpu, model
 from tests.unit.vllm_logs import LAST_LINE, cpu_kv_capacity_log, termination_message
 
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "300"))
@@ -155,15 +161,31 @@ def test_kv_capacity_without_the_estimate_sentence_is_still_kv() -> None:
     assert c.signal is Signal.KV_CAPACITY and c.reported_max_len is None
 
 
-def running(**changes: object) -> Running:
-    base: dict[str, object] = {
+def running(**changes: Any) -> Running:
+    """What runs now, as the ladder reads it, from flat values: the knobs' as the planner would have planned them
+    (gpus as tensor parallelism, fp8_kv_cache as the KV dtype, max_loras as LoRA slots, 0 for none), the rendered
+    workload's (replicas, memory limit) and the limits."""
+    values: dict[str, Any] = {
         "max_model_len": 32768, "max_num_batched_tokens": 8192, "max_num_seqs": 1024, "enforce_eager": False,
         "gpu_memory_utilization": 0.92, "fp8_kv_cache": False, "gpus": 1, "replicas": 1, "memory_limit_gib": 36.0,
-        "fp8_kv_allowed": True, "max_gpus": 8, "max_replicas": 3, "node_memory_gib": 192.0,
+        "max_loras": 0, "max_cudagraph_capture_size": None, "fp8_kv_allowed": True, "max_gpus": 8, "max_replicas": 3,
+        "node_memory_gib": 192.0,
         "floor_max_model_len": 8192, "floor_gpu_memory_utilization": 0.7, "floor_max_num_seqs": 8,
-        "floor_max_num_batched_tokens": 512}
-    base.update(changes)
-    return Running(**base)  # type: ignore[arg-type]
+        "floor_max_num_batched_tokens": 512, **changes}
+    max_loras = values.pop("max_loras")
+    config = ServingConfig(
+        model=model("meta-llama/Llama-3.1-8B-Instruct"), gpu=gpu("nvidia-h100-80gb"),
+        vllm=behaviour_of(DEFAULT_VLLM_VERSION), tensor_parallel_size=values.pop("gpus"), pipeline_parallel_size=1,
+        kv_cache_dtype=KVCacheDtype.FP8 if values.pop("fp8_kv_cache") else KVCacheDtype.AUTO,
+        lora=LoRASettings(max_loras=max_loras, max_lora_rank=16) if max_loras else None,
+        **{k: values.pop(k) for k in PLANNED})
+    workload = Workload(replicas=values.pop("replicas"), memory_limit_gib=values.pop("memory_limit_gib"))
+    return Running(config=config, workload=workload, **values)
+
+
+#: the knobs the planned config holds under their own name
+PLANNED = ("max_model_len", "max_num_batched_tokens", "max_num_seqs", "enforce_eager", "gpu_memory_utilization",
+           "max_cudagraph_capture_size")
 
 
 def actions(signal: Signal, r: Running, n: int | None = None) -> list[str]:
@@ -179,8 +201,8 @@ def test_ladder_orders() -> None:
         "max_model_len 32768 -> 22272 (vLLM estimated 22416)", "KV cache dtype auto -> fp8 (half the bytes per token)",
         "GPUs per replica 1 -> 2"]
     assert actions(Signal.CUDA_OOM_STARTUP, running()) == [
-        "max_num_batched_tokens 8192 -> 4096", "enforce eager mode (no CUDA graphs)",
-        "gpu_memory_utilization 0.92 -> 0.88"]
+        "max_num_batched_tokens 8192 -> 4096", "CUDA graphs captured up to 512 -> 256 tokens per batch",
+        "enforce eager mode (no CUDA graphs)", "gpu_memory_utilization 0.92 -> 0.88"]
     assert actions(Signal.CUDA_OOM_RUNTIME, running()) == [
         "max_num_seqs 1024 -> 512, max_num_batched_tokens 8192 -> 4096",
         "KV cache dtype auto -> fp8 (half the bytes per token)", "GPUs per replica 1 -> 2",
@@ -208,7 +230,7 @@ def test_floors_hold_exactly_rounding_toward_safety() -> None:
                 floor_max_num_seqs=900, floor_max_num_batched_tokens=512)
     found = [(c.overrides.max_num_batched_tokens, c.overrides.max_num_seqs, c.overrides.gpu_memory_utilization)
              for c in candidates(classify_for(Signal.CUDA_OOM_STARTUP), r, Overrides())]
-    assert found == [(900, 900, None), (None, None, None), (None, None, 0.71)]
+    assert found == [(900, 900, None), (None, None, None), (None, None, None), (None, None, 0.71)]
     assert actions(Signal.CUDA_OOM_STARTUP, running(gpu_memory_utilization=0.71, floor_gpu_memory_utilization=0.7049,
                                                     max_num_batched_tokens=512, enforce_eager=True)) == []
 
@@ -222,7 +244,7 @@ def ladders(draw: st.DrawFn) -> tuple[Signal, Running, int | None]:
         max_model_len=draw(st.integers(floor_len, 131072)),
         max_num_batched_tokens=draw(st.integers(max(floor_tokens, 1), 32768)),
         max_num_seqs=draw(st.integers(1, 2048)),
-        enforce_eager=draw(st.booleans()),
+        enforce_eager=draw(st.booleans()), max_cudagraph_capture_size=draw(st.none() | st.integers(1, 1024)),
         gpu_memory_utilization=draw(st.floats(0.5, 0.98)),
         fp8_kv_cache=draw(st.booleans()), fp8_kv_allowed=draw(st.booleans()),
         gpus=draw(st.sampled_from([1, 2, 4, 8])), max_gpus=draw(st.sampled_from([1, 2, 4, 8, 16])),
@@ -268,6 +290,36 @@ def test_every_candidate_respects_every_floor_and_limit(case: tuple[Signal, Runn
             assert o.replicas <= r.max_replicas
         if o.memory_limit_gib is not None:
             assert r.memory_limit_gib < o.memory_limit_gib <= r.node_memory_gib
+        if o.max_cudagraph_capture_size is not None:
+            assert 64 <= o.max_cudagraph_capture_size < r.cuda_graph_capture_size and not r.enforce_eager
+
+
+def test_cuda_graphs_shrink_by_half_to_64_before_they_go_off() -> None:
+    """vLLM's default largest graph is 2 x max_num_seqs up to 512: halved, then halved again, never below 64."""
+    def graphs(**changes: Any) -> list[str]:
+        return [a for a in actions(Signal.CUDA_OOM_STARTUP, running(max_num_batched_tokens=512, **changes))
+                if "CUDA graphs captured" in a]
+    assert graphs() == ["CUDA graphs captured up to 512 -> 256 tokens per batch"]
+    assert graphs(max_cudagraph_capture_size=256) == ["CUDA graphs captured up to 256 -> 128 tokens per batch"]
+    assert graphs(max_num_seqs=48) == ["CUDA graphs captured up to 96 -> 64 tokens per batch"]
+    assert graphs(max_cudagraph_capture_size=64) == graphs(max_num_seqs=32) == graphs(enforce_eager=True) == []
+
+
+@pytest.mark.parametrize(("max_num_seqs", "action"), [
+    (100, "CUDA graphs captured up to 200 -> 96 tokens per batch"),  # not 100: vLLM captures 96, then 104
+    (150, "CUDA graphs captured up to 300 -> 144 tokens per batch"),
+    (200, "CUDA graphs captured up to 400 -> 200 tokens per batch"),
+])
+def test_the_pinned_capture_size_is_one_vllm_captures(max_num_seqs: int, action: str) -> None:
+    """vLLM captures 1, 2, 4, every 8, every 16 from 256, up to --max-cudagraph-capture-size, and truncates a
+    size off that grid to the largest size it captured ("Truncating max_cudagraph_capture_size to 96",
+    VllmConfig._set_cudagraph_sizes): the rung pins that size, so the status and the flag say what runs."""
+    r = running(max_num_batched_tokens=512, max_num_seqs=max_num_seqs)
+    [step] = [c for c in candidates(classify_for(Signal.CUDA_OOM_STARTUP), r, Overrides())
+              if "CUDA graphs captured" in c.action]
+    assert step.action == action
+    pinned = step.overrides.max_cudagraph_capture_size
+    assert pinned is not None and pinned % 8 == 0 and (pinned < 256 or pinned % 16 == 0)
 
 
 def test_ladder_respects_floors_and_limits() -> None:

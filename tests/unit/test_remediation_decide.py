@@ -77,6 +77,14 @@ CASES = {
     "CUDA OOM at start-up halves the batched tokens": Case(
         crash(CUDA_STARTUP), verdict="Step", action="max_num_batched_tokens 8192 -> 4096",
         degraded=(False, "Remediated"), events=("Remediated",), counts=(("CudaOOMAtStartup", "step"),)),
+    "CUDA OOM at start-up with the batched tokens at their floor shrinks the CUDA graphs before eager mode": Case(
+        crash(CUDA_STARTUP), running=running(max_num_batched_tokens=512), verdict="Step",
+        action="CUDA graphs captured up to 512 -> 256 tokens per batch", degraded=(False, "Remediated"),
+        events=("Remediated",), counts=(("CudaOOMAtStartup", "step"),)),
+    "CUDA OOM at start-up with the CUDA graphs at their smallest turns them off": Case(
+        crash(CUDA_STARTUP), running=running(max_num_batched_tokens=512, max_cudagraph_capture_size=64),
+        verdict="Step", action="enforce eager mode (no CUDA graphs)", degraded=(False, "Remediated"),
+        events=("Remediated",), counts=(("CudaOOMAtStartup", "step"),)),
     "CUDA OOM under load halves seqs and tokens": Case(
         crash(CUDA_RUNTIME), verdict="Step", action="max_num_seqs 1024 -> 512, max_num_batched_tokens 8192 -> 4096",
         degraded=(False, "Remediated"), events=("Remediated",), counts=(("CudaOOMUnderLoad", "step"),)),

@@ -12,9 +12,12 @@ from pydantic import ValidationError
 
 from llm_autopilot.api.v1alpha1 import RemediationOverrides, remediation_overrides_model
 from llm_autopilot.domain.knobs import KNOBS, Kind, Knob
+from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Targets
+from llm_autopilot.remediation.evidence import apply_overrides
 from llm_autopilot.remediation.ladder import Overrides
 from llm_autopilot.remediation.state import Limits, RemediationState
+from tests.unit.test_remediation import running
 
 
 def test_the_table_declares_every_knob_of_the_models_once() -> None:
@@ -40,6 +43,18 @@ def test_the_status_model_admits_the_tables_bounds(knob: Knob) -> None:
             RemediationOverrides.model_validate({knob.alias: value})
 
 
+#: the type and default of an ``Overrides`` field for a row's kind (None/False: "as the spec and planner say")
+_OVERRIDE_FIELD = {Kind.INTEGER: ("int | None", None), Kind.NUMBER: ("float | None", None), Kind.FLAG: ("bool", False)}
+
+
+def test_overrides_written_by_hand_is_the_table_field_for_field() -> None:
+    """``Overrides`` stays a hand-written dataclass so that mypy types every rung's reads and replaces (a class
+    made from the table would be Any to it); this holds it to the table: the same fields, in the table's order,
+    each typed and defaulted as its row's kind says."""
+    assert [(f.name, f.type, f.default) for f in dataclasses.fields(Overrides)] == [
+        (k.field, *_OVERRIDE_FIELD[k.kind]) for k in KNOBS]
+
+
 def test_one_row_adds_the_status_field() -> None:
     row = Knob("max_widgets", "maxWidgets", Kind.INTEGER, description="Widgets.", ge=2, le=9)
     model = remediation_overrides_model((*KNOBS, row))
@@ -53,6 +68,33 @@ def test_one_row_adds_the_status_field() -> None:
 def test_a_planner_target_named_in_the_table_exists() -> None:
     targets = {f.name for f in dataclasses.fields(Targets)}
     assert {k.target for k in KNOBS if k.target is not None} <= targets
+
+
+def test_a_row_reads_what_runs_now_from_an_attribute_the_planned_config_has() -> None:
+    attributes = {f.name for f in dataclasses.fields(ServingConfig)} | {
+        name for name, value in vars(ServingConfig).items() if isinstance(value, property)}
+    named = {k.field: k.now or k.field for k in KNOBS if not callable(k.now)}
+    assert named and set(named.values()) <= attributes
+
+
+def test_what_runs_now_is_the_plan_read_through_the_table_not_a_copy() -> None:
+    r = running(max_model_len=4096, max_num_batched_tokens=2048, max_num_seqs=64, enforce_eager=True,
+                gpu_memory_utilization=0.85, fp8_kv_cache=True, gpus=2, replicas=3, memory_limit_gib=40.0, max_loras=4)
+    assert {k.field: r.now(k.field) for k in KNOBS} == {
+        "max_model_len": 4096, "max_num_batched_tokens": 2048, "max_num_seqs": 64, "enforce_eager": True,
+        "gpu_memory_utilization": 0.85, "fp8_kv_cache": True, "min_gpus": 2, "replicas": 3, "memory_limit_gib": 40.0,
+        "max_loras": 4, "max_cudagraph_capture_size": 0}
+    replanned = dataclasses.replace(r, config=dataclasses.replace(r.config, max_num_seqs=7, lora=None))
+    assert (replanned.max_num_seqs, replanned.max_loras, replanned.gpus) == (7, 0, 2)
+
+
+@pytest.mark.parametrize("knob", [k for k in KNOBS if not k.special], ids=lambda k: k.field)
+def test_an_ordinary_knob_is_mapped_to_the_planner_by_its_row_alone(knob: Knob) -> None:
+    """No code of its own: its target (when it has one) takes the value as it is, nothing else moves."""
+    value = {Kind.INTEGER: 3, Kind.NUMBER: 0.5, Kind.FLAG: True}[knob.kind]
+    mapped = apply_overrides(Targets(), Overrides(**{knob.field: value}), floor_max_model_len=1)
+    expected = Targets() if knob.target is None else dataclasses.replace(Targets(), **{knob.target: value})
+    assert mapped == expected
 
 
 def test_the_status_form_round_trips_through_the_table() -> None:

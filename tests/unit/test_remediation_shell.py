@@ -38,6 +38,7 @@ from llm_autopilot.remediation.state import Limits, RemediationState, attestatio
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
 from tests.unit.fakes import L4, NAME, NAMESPACE, FakeCluster, FakePrometheus, OperatorKilled, Run, saturated
+from tests.unit.test_remediation import CUDA_STARTUP
 from tests.unit.vllm_logs import cpu_kv_capacity_log, termination_message
 
 QWEN_H100 = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"},
@@ -271,6 +272,35 @@ def test_kv_capacity_from_the_previous_log_steps_to_what_vllm_reported() -> None
     assert "estimated maximum model length is 8064" in history["evidence"]["message"]
 
 
+def test_a_cuda_oom_at_start_up_shrinks_the_cuda_graphs_in_the_deployment_before_turning_them_off() -> None:
+    """The batched tokens at their floor: each OOM at start-up halves the largest CUDA-graph batch (512, vLLM's
+    default here, -> 256 -> 128 -> 64), rendered as --max-cudagraph-capture-size with less graph memory in the plan,
+    then eager mode."""
+    spec = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"},
+            "serving": {"maxModelLen": 16384},
+            "remediation": {"cooldownSeconds": 0, "maxSteps": 5, "floors": {"minMaxNumBatchedTokens": 8192}}}
+    run = deployed(spec)
+
+    def serving() -> tuple[str | None, bool, float]:
+        args = run.cluster.deployment()["spec"]["template"]["spec"]["containers"][0]["args"]
+        flag = "--max-cudagraph-capture-size"
+        return (args[args.index(flag) + 1] if flag in args else None, "--enforce-eager" in args,
+                run.status["plan"]["memory"]["cudaGraphGiB"])
+
+    seen = [serving()]
+    for i in range(1, 5):  # each OOM at start-up is a new crash of the current plan's pod
+        run.cluster.crash(CUDA_STARTUP, restarts=i, finished_at=f"2026-12-01T00:0{i}:00Z")
+        run.once()
+        seen.append(serving())
+    assert [(size, eager) for size, eager, _ in seen] == [
+        (None, False), ("256", False), ("128", False), ("64", False), (None, True)], seen
+    graphs = [gib for _, _, gib in seen]
+    assert graphs[0] > graphs[1] > graphs[2] > graphs[3] > graphs[4] == 0, graphs
+    assert [e["action"] for e in run.remediation["history"]][:3] == [
+        f"CUDA graphs captured up to {a} -> {b} tokens per batch" for a, b in ((512, 256), (256, 128), (128, 64))]
+    assert run.remediation["applied"][2]["maxCudagraphCaptureSize"] == 64
+
+
 def test_a_reported_length_of_1_never_takes_max_model_len_below_the_floor() -> None:
     """D3: with only maxModelLen set, the floor is maxModelLen; nothing else fits on one L4: exhausted."""
     spec = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"},
@@ -499,13 +529,13 @@ def test_ready_uses_the_effective_replicas_in_the_reconcile_and_the_deployment_w
     handler_cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
                             "spec": spec, "status": run.status}
     for _ in range(3):  # Deployment events and resyncs in a quiet state
-        handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+        handlers.owner_changed(NAMESPACE, NAME)
         run.status = handler_cluster.llmd["status"]
         assert run.once().status == {}
     assert handler_cluster.status_patches == []
     # mid-rollout: 1 of 2 updated is not Ready (it read "1/1" before)
     handler_cluster.deployment()["status"].update(updatedReplicas=1, availableReplicas=1)
-    handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+    handlers.owner_changed(NAMESPACE, NAME)
     (patch,) = handler_cluster.status_patches
     ready = next(c for c in patch["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["message"]) == ("False", "1/2 replicas run the current plan")
@@ -530,7 +560,7 @@ def test_ready_has_one_writer_with_autoscaling_and_a_replica_override_left_from_
     handler_cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
                             "spec": spec, "status": run.status}
     for _ in range(3):  # Deployment events and resyncs: neither moves Ready
-        handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+        handlers.owner_changed(NAMESPACE, NAME)
         assert handler_cluster.llmd["status"]["conditions"] == run.status["conditions"]
         run.status = handler_cluster.llmd["status"]
         assert run.once().status == {}
@@ -543,7 +573,7 @@ def test_the_deployment_watch_retries_a_conflicting_status_write(handler_cluster
                             "spec": QWEN_H100, "status": run.status}
     handler_cluster.deployment()["status"]["availableReplicas"] = 0
     handler_cluster.conflicts = 1
-    handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+    handlers.owner_changed(NAMESPACE, NAME)
     assert len(handler_cluster.status_patches) == 1
 
 
@@ -672,7 +702,7 @@ def test_the_deployment_watch_writes_ready_replicas_with_ready(handler_cluster: 
     handler_cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
                             "spec": QWEN_H100, "status": run.status}
     handler_cluster.deployment()["status"].update(replicas=1, availableReplicas=1)  # the pod became available
-    handlers.deployment_changed(body=handler_cluster.deployment(), namespace=NAMESPACE, type="MODIFIED")
+    handlers.owner_changed(NAMESPACE, NAME)
     (patch,) = handler_cluster.status_patches
     ready = next(c for c in patch["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True" and (patch["readyReplicas"], patch["replicas"]) == (1, 1)

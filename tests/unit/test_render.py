@@ -35,6 +35,21 @@ def a_plan(model_id: str, gpu_name: str, version: VLLMVersion, **targets: object
     return result
 
 
+@pytest.mark.parametrize(("version", "flag"), [
+    (VLLMVersion(0, 10, 2), "--cuda-graph-sizes"), (VLLMVersion(0, 11, 2), "--max-cudagraph-capture-size"),
+    (VLLMVersion(0, 32, 0), "--max-cudagraph-capture-size"), (VLLMVersion(0, 33, 0), "--max-cudagraph-capture-size"),
+])
+def test_a_pinned_capture_size_renders_in_the_flag_the_release_knows(version: VLLMVersion, flag: str) -> None:
+    capped = a_plan("Qwen/Qwen3-8B", "nvidia-h100-80gb", version, max_model_len=8192, max_cudagraph_capture_size=128)
+    args = render_vllm_args(capped)
+    assert args[args.index(flag) + 1] == "128" and unknown_flags(args, str(version)) == []
+    assert any(r.field == "maxCudagraphCaptureSize" and r.value == "128" for r in capped.reasons)
+    plain = render_vllm_args(a_plan("Qwen/Qwen3-8B", "nvidia-h100-80gb", version, max_model_len=8192))
+    eager = render_vllm_args(a_plan("Qwen/Qwen3-8B", "nvidia-h100-80gb", version, max_model_len=8192,
+                                    enforce_eager=True, max_cudagraph_capture_size=128))
+    assert not {"--cuda-graph-sizes", "--max-cudagraph-capture-size"} & {*plain, *eager}
+
+
 def test_flag_table_covers_the_supported_range() -> None:
     assert VERSIONS[0] == VLLMVersion(0, 10, 2) and VERSIONS[-1] == VLLMVersion(0, 33, 0)
     assert len(VERSIONS) >= 20

@@ -15,6 +15,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
+from llm_autopilot.api.lora import AdapterConfig, parse_adapter_config
 from llm_autopilot.catalog.hf_config import PLANNER_FIELDS, planner_view
 
 #: the kubelet's cap on a termination message (MaxContainerTerminationMessageLength)
@@ -96,3 +97,28 @@ def _excerpt(text: str, limit: int = 120) -> str:
     line = " ".join(text.split())
     printable = "".join(c if c.isprintable() else "?" for c in line)
     return repr(printable[:limit] + ("..." if len(printable) > limit else ""))
+
+
+#: how a pvc:// LoRA adapter's inspect container (render/inspect.py::ADAPTER_SCRIPT) reports a failure
+ADAPTER_ERROR = "error: "
+
+
+def parse_adapter_report(message: str) -> AdapterConfig | InspectionFailure:
+    """What a pvc:// adapter's inspect Job handed back: its adapter_config.json (the rank and the base model, as
+    api/lora.py reads them from any source), or the folder's problem ("error: ..."); raises ReportError (one
+    line) for anything else. The message is the volume's content, so nothing else of it is kept."""
+    if not message.strip():
+        raise ReportError("the inspect Job's pod left no termination message")
+    if len(message.encode()) > MESSAGE_LIMIT:
+        raise ReportError(f"the termination message is longer than {MESSAGE_LIMIT} bytes")
+    text = message.strip()
+    if text.startswith(ADAPTER_ERROR):
+        error = " ".join(text.removeprefix(ADAPTER_ERROR).split())
+        return InspectionFailure(report=REPORT_VERSION, ok=False, error=error[:2000] or "inspection failed")
+    try:
+        value = json.loads(text)
+    except ValueError:
+        raise ReportError(f"the termination message is not an adapter_config.json: {_excerpt(message)}") from None
+    if not isinstance(value, dict):
+        raise ReportError("the adapter_config.json handed back is not a JSON object")
+    return parse_adapter_config(value)

@@ -66,7 +66,7 @@ OWNED_FLAGS: dict[str, str] = {
     **_owned("set by the operator from the plan; set spec.vllm.enforceEager instead", "--enforce-eager",
              "--no-enforce-eager"),
     **_owned(_CUDA_GRAPHS, "-O", "--optimization-level", "--compilation-config", "-cc", "--cudagraph-capture-sizes",
-             "--max-cudagraph-capture-size"),
+             "--max-cudagraph-capture-size", "--cuda-graph-sizes"),
     "--model": "set by the operator; set spec.model.name instead",
     "--revision": "set by the operator; set spec.model.revision instead",
     "--served-model-name": "set by the operator; set spec.model.servedModelName instead",

@@ -37,12 +37,20 @@ from llm_autopilot.api.serve_flags import (
     env_value_problem,
     extra_arg_problem,
 )
-from llm_autopilot.api.sources import HubSource, Source, parse_source, source_problem
+from llm_autopilot.api.sources import (
+    HubSource,
+    S3Source,
+    Source,
+    adapter_source_problem,
+    parse_adapter_source,
+    parse_source,
+    source_problem,
+)
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
 from llm_autopilot.domain.knobs import KNOBS, Kind, Knob
 from llm_autopilot.domain.precision import GIB
 from llm_autopilot.planner.verify import TOLERANCE_PERCENT as VERIFICATION_TOLERANCE_PERCENT
-from llm_autopilot.planner.verify import Verification
+from llm_autopilot.planner.verify import StageResult, Verification
 
 QuantizationName = Literal["none", "fp8", "awq", "gptq"]
 KVCacheDtypeName = Literal["auto", "fp8"]
@@ -751,12 +759,23 @@ _LORA_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$"
 LoRAName = Annotated[str, Field(min_length=1, max_length=128, pattern=_LORA_NAME)]
 
 
+AdapterURI = Annotated[str, Field(min_length=3, max_length=1024), _checked(adapter_source_problem)]
+
+
 class LoRAAdapter(APIModel):
     name: LoRAName = Field(description="Model name requests use for this adapter (`model` in /v1/completions).")
-    source: HubID = Field(description="Hugging Face Hub id (`org/name` or `hf://org/name`) of the PEFT adapter.")
+    source: AdapterURI = Field(
+        description="Where the PEFT adapter's folder is, as for the model: `org/name` or `hf://org/name` (the Hub), "
+        "`pvc://claim/path` (a folder on a PersistentVolumeClaim in the namespace, mounted read-only) or "
+        "`s3://bucket/prefix` (an S3-compatible store, see lora.s3; downloaded into the model cache).")
     revision: CLIValue | None = Field(
         None, description="Branch, tag or commit. vLLM 0.33's --lora-modules loads the default branch: only `main`.")
     pinned: bool = Field(False, description="Always loaded: maxLoras never goes below the pinned adapters.")
+
+    @property
+    def location(self) -> Source:
+        """Where the adapter's files are (a bare Hub id is the Hub's)."""
+        return parse_adapter_source(self.source)
 
     @field_validator("revision")
     @classmethod
@@ -765,6 +784,14 @@ class LoRAAdapter(APIModel):
             raise invalid(f"lora adapter revision {revision!r}: vLLM's --lora-modules has no revision and downloads "
                           "the default branch; remove revision (or publish that revision as its own repository)")
         return revision
+
+    @model_validator(mode="after")
+    def _source_rules(self) -> LoRAAdapter:
+        scheme = self.source.partition("://")[0] if "://" in self.source else "hf"
+        if self.revision is not None and scheme != "hf":
+            raise invalid(f"lora adapter {self.name}: revision applies to the Hub (hf:// sources), not to "
+                          f"{scheme}://: remove it (put another revision under its own {scheme}:// path)")
+        return self
 
 
 class LoRASpec(APIModel):
@@ -787,6 +814,9 @@ class LoRASpec(APIModel):
         json_schema_extra={"minimum": 1, "maximum": 512})
     max_cpu_loras: int | None = Field(None, alias="maxCPULoras", ge=1, le=1024,
                                       description="Adapters cached in host memory (--max-cpu-loras), >= maxLoras.")
+    s3: S3Options | None = Field(
+        None, description="Endpoint, region and credentials of the store the s3:// adapters are in (one for all of "
+        "them; the model's is spec.model.s3).")
     runtime_updates: bool = Field(
         False, description="Add and remove adapters on the running pods through vLLM's /v1/load_lora_adapter and "
         "/v1/unload_lora_adapter (VLLM_ALLOW_RUNTIME_LORA_UPDATING), without a rollout, where the vLLM version "
@@ -809,6 +839,8 @@ class LoRASpec(APIModel):
                           f"raise maxLoras to {pinned} or unpin some")
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.slots:
             raise invalid(f"lora.maxCPULoras ({self.max_cpu_loras}) must be at least maxLoras ({self.slots})")
+        if self.s3 is not None and not any(a.source.startswith("s3://") for a in self.adapters):
+            raise invalid("lora.s3 only applies to s3:// adapters, and none is listed: remove it")
         return self
 
 
@@ -838,7 +870,8 @@ class VerificationSpec(APIModel):
 
     burn_in: BurnInSpec | None = Field(
         None, description="Off unless set: each new pod of the plan is given a bounded load on its own IP before "
-                          "it is Ready (BurnInPassed); a KV cache too small for it is remediation evidence.")
+                          "it is Ready (BurnInPassed); a group across nodes, on its leader, and the verdict holds "
+                          "every pod of the group; a KV cache too small for it is remediation evidence.")
 
     tolerance_percent: float = Field(
         VERIFICATION_TOLERANCE_PERCENT, ge=0.5, le=20,
@@ -899,10 +932,17 @@ class LLMDeploymentSpec(APIModel):
     @model_validator(mode="after")
     def _lora_names(self) -> LLMDeploymentSpec:
         served = self.model.served_name
+        cached = self.model.cache is not None and self.model.cache.enabled
         for i, adapter in enumerate(self.lora.adapters if self.lora else []):
             if adapter.name == served:
                 raise invalid(f"lora.adapters[{i}].name {adapter.name!r} is the base model's served name; requests "
                               "could not tell them apart: rename the adapter")
+            if isinstance(adapter.location, S3Source) and not cached:
+                way = ("put the adapter on a PersistentVolumeClaim (pvc://claim/path): a pvc:// model has no cache"
+                       if self.model.source and self.model.source.startswith("pvc://")
+                       else "set model.cache.enabled: true")
+                raise invalid(f"lora.adapters[{i}] ({adapter.name}): an s3:// adapter is downloaded into the model "
+                              f"cache's PVC by a Job (vLLM does not load from S3): {way}")
         return self
 
 
@@ -1043,13 +1083,29 @@ class RemediationStatus(StatusModel):
     )
 
 
+CacheState = Literal["Pending", "Downloading", "Complete", "Failed"]
+
+
+class CachedAdapter(APIModel):
+    """An s3:// LoRA adapter's download into the model cache (its own Job)."""
+
+    name: str = Field(max_length=128, description="The adapter (spec.lora.adapters[].name).")
+    source: str = Field(max_length=1024, description="Its source.")
+    folder: str = Field(max_length=256, description="Its folder in the cache PVC.")
+    job_name: str = Field(max_length=63, description="The download Job.")
+    state: CacheState = Field(description="Where its download is; it is served once Complete.")
+    message: str = Field("", max_length=500, description="Why its download failed.")
+
+
 class CacheStatus(APIModel):
     claim_name: str = Field(description="The cache PVC.")
-    state: Literal["Pending", "Downloading", "Complete", "Failed"] = Field(description="Where the download is.")
+    state: CacheState = Field(description="Where the download is.")
     bytes: int = Field(0, ge=0, description="Bytes in the cache.")
     total_bytes: int | None = Field(None, ge=0, description="Bytes of the whole checkpoint.")
     percent: float | None = Field(None, ge=0, le=100, description="bytes / totalBytes, in percent.")
-    message: str = Field("", description="Why a download failed.")
+    message: str = Field("", description="Why a download failed; once Complete, why a try before the last was retried.")
+    adapters: list[CachedAdapter] | None = Field(
+        None, max_length=32, description="The s3:// LoRA adapters downloaded into the same PVC.")
 
 
 class SourceObject(APIModel):
@@ -1080,6 +1136,21 @@ class SourceStatus(APIModel):
     message: str = Field("", description="Why the inspection failed.")
 
 
+class LoRASourceStatus(APIModel):
+    """What a pvc:// LoRA adapter's inspect Job read on its volume: kept until the source or the claim changes."""
+
+    name: str = Field(max_length=128, description="The adapter (spec.lora.adapters[].name).")
+    uri: str = Field(max_length=1024, description="Its source, as read.")
+    claim_uid: str = Field(alias="claimUID", max_length=64, description="The uid of the claim inspected.")
+    state: Literal["Inspecting", "Inspected", "Failed"] = Field(description="Where the inspection is.")
+    job_name: str | None = Field(None, max_length=63, description="The inspect Job.")
+    rank: int | None = Field(None, ge=1, description="Its rank (adapter_config.json's r, or the largest of "
+                                                      "rank_pattern).")
+    base_model: str | None = Field(None, max_length=256, description="adapter_config.json's "
+                                                                     "base_model_name_or_path.")
+    message: str = Field("", max_length=1000, description="Why the inspection failed.")
+
+
 class PodVerification(StatusModel):
     """One pod's (a replica's, or a pipeline stage's) KV cache as its vLLM reports it."""
 
@@ -1088,6 +1159,25 @@ class PodVerification(StatusModel):
     actual_tokens: int | None = Field(None, ge=0, description="KV-cache tokens vLLM reports.")
     actual_blocks: int | None = Field(None, ge=0, description="KV-cache blocks vLLM reports (num_gpu_blocks).")
     error_percent: float = Field(description="(actual - predicted) KV memory in percent of one GPU's memory.")
+
+
+class StageVerification(StatusModel):
+    """One pipeline stage of a group across nodes: its own KV room (the "Available KV cache memory" its pod's log
+    prints) against the plan's for that stage."""
+
+    pod: str = Field(max_length=253, description="The pod of that rank.")
+    stage: int = Field(ge=0, le=64, description="Pipeline stage (the pod's rank in its group).")
+    predicted_kv_gib: float = Field(alias="predictedKVGiB", description="The stage's KV room the plan predicted "
+                                                                        "(GiB, per GPU).")
+    actual_kv_gib: float | None = Field(None, alias="actualKVGiB", description="The stage's KV room vLLM printed "
+                                                                               "(GiB, to 0.01).")
+    predicted_blocks: int = Field(ge=0, description="Blocks the stage's predicted room holds.")
+    actual_blocks: int | None = Field(None, ge=0, description="Blocks the stage's room holds (its room / its block "
+                                                              "bytes); vLLM gives every stage the fewest.")
+    error_percent: float | None = Field(None, description="(actual - predicted) room in percent of one GPU's "
+                                                          "memory.")
+    bounds: bool = Field(False, description="The stage with the fewest blocks: the group's KV cache is its.")
+    problem: str = Field("", max_length=300, description="Why the stage's room could not be read.")
 
 
 class VerificationStatus(StatusModel):
@@ -1112,8 +1202,15 @@ class VerificationStatus(StatusModel):
         None, max_length=64, description="The plan whose pods were read (the pods' plan-hash annotation); they "
                                          "are read again only when the plan changes or a new pod of it is Ready.")
     pods: tuple[PodVerification, ...] = Field(
-        default=(), max_length=64, description="Each pod read (replicas); the figures above are the pod's "
-                                               "furthest from the plan.")
+        default=(), max_length=64, description="Each pod read (replicas; a group across nodes: its leader, whose "
+                                               "engine's figures are the group's); the figures above are the "
+                                               "pod's furthest from the plan.")
+    bound_stage: int | None = Field(
+        None, ge=0, le=64, description="A group across nodes: the pipeline stage whose blocks vLLM gives every "
+                                       "stage (the fewest); the engine's figures above are its.")
+    stages: tuple[StageVerification, ...] | None = Field(
+        default=None, max_length=64, description="A group across nodes: each stage's own KV room against the "
+                                               "plan's.")
 
     @classmethod
     def of(cls, v: Verification, *, calibration: str | None = None, plan_hash: str | None = None,
@@ -1128,14 +1225,29 @@ class VerificationStatus(StatusModel):
 
     @classmethod
     def of_pods(cls, results: tuple[tuple[str, Verification], ...], *, plan_hash: str,
-                calibration: str | None = None) -> VerificationStatus | None:
-        """The status of one reading of a plan's pods (None: nothing was read)."""
+                calibration: str | None = None, stages: tuple[StageResult, ...] = ()) -> VerificationStatus | None:
+        """The status of one reading of a plan's pods (None: nothing was read); ``stages``: of groups across
+        nodes."""
         if not results:
             return None
         worst = max((v for _, v in results), key=lambda v: abs(v.error_percent))
         pods = tuple(PodVerification(pod=pod, actual_tokens=v.actual_tokens, actual_blocks=v.actual_blocks,
                                      error_percent=round(v.error_percent, 3)) for pod, v in results[:64])
-        return cls.of(worst, calibration=calibration, plan_hash=plan_hash, pods=pods)
+        found = cls.of(worst, calibration=calibration, plan_hash=plan_hash, pods=pods)
+        if not stages:
+            return found
+        worst_pod = next(pod for pod, v in results if v is worst)
+        group = next((s.group for s in stages if s.pod == worst_pod), None)
+        bound = next((s.stage for s in stages if s.bounds and s.group == group),
+                     next((s.stage for s in stages if s.bounds), None))
+        return found.model_copy(update={"bound_stage": bound, "stages": tuple(
+            StageVerification(pod=s.pod, stage=s.stage, predicted_kv_gib=round(s.prediction.kv_cache_bytes / GIB, 3),
+                              actual_kv_gib=None if s.verification is None else round(
+                                  s.verification.actual_kv_bytes / GIB, 3),
+                              predicted_blocks=s.prediction.num_blocks, actual_blocks=s.blocks,
+                              error_percent=None if s.verification is None else round(
+                                  s.verification.error_percent, 3),
+                              bounds=s.bounds, problem=s.problem[:300]) for s in stages[:64])})
 
 
 class PodBurnInStatus(StatusModel):
@@ -1184,7 +1296,10 @@ class LoRAAdapterStatus(StatusModel):
     """Where one adapter is served, as the pods' own /v1/models say, and how a change of it reaches them."""
 
     name: str = Field(max_length=128, description="The adapter's served name.")
-    source: str = Field(max_length=256, description="The path vLLM loads it from (a Hub id).")
+    source: str = Field(max_length=1024, description="Where it comes from: spec.lora.adapters[].source (for an "
+                                                     "adapter being removed, the path a pod loaded it from).")
+    path: str = Field("", max_length=1024, description="The path vLLM loads it from: a Hub id, or a folder in the "
+                                                        "pod (a pvc:// claim's mount, the model cache).")
     applied: LoRAUpdates = Field(description="Runtime: loaded on the running pods through vLLM's API; Rollout: "
                                              "in the pods' --lora-modules, so a change of it rolls the pods.")
     pods: tuple[str, ...] = Field(default=(), max_length=64, description="Ready pods that serve it.")
@@ -1215,6 +1330,8 @@ class LLMDeploymentStatus(APIModel):
     cache: CacheStatus | None = Field(None, description="The model cache's download (spec.model.cache).")
     source: SourceStatus | None = Field(
         None, description="What was read from a pvc:// source's volume or an s3:// source's objects.")
+    lora_sources: list[LoRASourceStatus] | None = Field(
+        None, max_length=32, description="What the inspect Jobs of the pvc:// LoRA adapters read on their volumes.")
     burn_in: BurnInStatus | None = Field(
         None, description="Each new pod's burn-in before traffic (spec.verification.burnIn; BurnInPassed).")
     verification: VerificationStatus | None = Field(

@@ -21,14 +21,15 @@ _REVIEW_TIMEOUT_SECONDS = 5
 
 
 def referenced_secrets(spec: LLMDeploymentSpec) -> list[str]:
-    """Names of the Secrets the pods would read: the Hub token, the S3 credentials and every
-    ``env[].valueFrom.secretKeyRef``."""
+    """Names of the Secrets the pods would read: the Hub token, the S3 credentials (the model's, the LoRA
+    adapters') and every ``env[].valueFrom.secretKeyRef``."""
     names = set()
     if spec.model.hub_token_secret_ref is not None:
         names.add(spec.model.hub_token_secret_ref.name)
-    s3 = spec.model.s3
-    if s3 is not None and s3.credentials_secret_ref is not None:  # the download Job's pods read it
-        names.add(s3.credentials_secret_ref.name)
+    # the download Jobs' pods read them: the model's, and each s3:// LoRA adapter's
+    for s3 in (spec.model.s3, spec.lora.s3 if spec.lora else None):
+        if s3 is not None and s3.credentials_secret_ref is not None:
+            names.add(s3.credentials_secret_ref.name)
     for var in spec.vllm.env:
         if var.value_from is not None and var.value_from.secret_key_ref is not None:
             names.add(var.value_from.secret_key_ref.name)
@@ -65,5 +66,6 @@ def unreadable_secrets_message(authorization: client.AuthorizationV1Api, userinf
     listed = ("Secret " if len(denied) == 1 else "Secrets ") + ", ".join(repr(n) for n in denied)
     return (f"{_who(userinfo)} may not get {listed} in namespace {namespace!r}, which this LLMDeployment "
             "would hand to its pods (spec.model.hubTokenSecretRef, spec.model.s3.credentialsSecretRef, "
+            "spec.lora.s3.credentialsSecretRef, "
             "spec.vllm.env[].valueFrom.secretKeyRef): ask "
             "for get on that Secret, or reference one you can read")

@@ -7,14 +7,16 @@ read leaves its figures unknown.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import httpx
 
@@ -167,41 +169,72 @@ def run_load(address: str, load: BurnInLoad, *, transport: httpx.BaseTransport |
 
 @dataclass
 class BurnInRunner:
-    """One background run per pod uid; results are kept until ``forget``."""
+    """One background run per pod uid, for the LLMDeployment (its uid: the owner) that started it. A result is
+    kept only while its owner's reconcile may still judge it: ``keep`` drops the owner's others (a pod gone or
+    being deleted, a pod of a plan no longer in force, a pod whose verdict status.burnIn records), a run under
+    way that is no longer wanted leaves no result, and ``forget_owner`` drops a deleted LLMDeployment's."""
 
     run: Callable[[str, BurnInLoad], BurnInMeasurement] = run_load
-    _results: dict[str, BurnInMeasurement] = field(default_factory=dict)
-    _running: set[str] = field(default_factory=set)
+    #: pod uid -> (owner, what its run measured)
+    _results: dict[str, tuple[str, BurnInMeasurement]] = field(default_factory=dict)
+    #: pod uid -> owner, while its run is under way
+    _running: dict[str, str] = field(default_factory=dict)
+    #: runs under way whose result no reconcile wants any more
+    _unwanted: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def start(self, uid: str, address: str, load: BurnInLoad) -> None:
+    def start(self, uid: str, address: str, load: BurnInLoad, owner: str = "") -> None:
         with self._lock:
             if uid in self._running or uid in self._results:
                 return
-            self._running.add(uid)
+            self._running[uid] = owner
         threading.Thread(target=self._run, args=(uid, address, load), name=f"burn-in-{uid[:8]}",
                          daemon=True).start()
 
     def _run(self, uid: str, address: str, load: BurnInLoad) -> None:
+        started = datetime.now(UTC).replace(microsecond=0)  # the kubelet's times are whole seconds
         try:
             measured = self.run(address, load)
         except Exception as exc:  # never a silently dead run: it is a failed request
             logger.exception("burn-in of pod %s failed", uid)
             measured = BurnInMeasurement(completed=0, sent=load.requests, errors=1,
                                          first_error=clean_line(f"{type(exc).__name__}: {exc}", 200))
+        measured = dataclasses.replace(measured, started_at=started)
         with self._lock:
-            self._running.discard(uid)
-            self._results[uid] = measured
+            owner = self._running.pop(uid, "")
+            if uid in self._unwanted:
+                self._unwanted.discard(uid)
+            else:
+                self._results[uid] = (owner, measured)
 
     def result(self, uid: str) -> BurnInMeasurement | None:
         with self._lock:
-            return self._results.get(uid)
+            found = self._results.get(uid)
+        return found[1] if found is not None else None
 
     def running(self, uid: str) -> bool:
         with self._lock:
             return uid in self._running
 
-    def forget(self, keep: set[str]) -> None:
+    def keep(self, owner: str, uids: Collection[str]) -> None:
+        """Keep only the runs of ``owner``'s pods ``uids`` (its reconcile's view: the pods of the plan in force
+        whose verdict is not recorded yet)."""
+        wanted = set(uids)
         with self._lock:
-            for uid in [u for u in self._results if u not in keep]:
+            for uid in [u for u, (o, _) in self._results.items() if o == owner and u not in wanted]:
                 del self._results[uid]
+            for uid, o in self._running.items():
+                if o == owner:
+                    if uid in wanted:
+                        self._unwanted.discard(uid)
+                    else:
+                        self._unwanted.add(uid)
+
+    def forget_owner(self, owner: str) -> None:
+        """The LLMDeployment ``owner`` was deleted: none of its runs is wanted."""
+        self.keep(owner, ())
+
+    def kept(self) -> int:
+        """How many results are kept."""
+        with self._lock:
+            return len(self._results)

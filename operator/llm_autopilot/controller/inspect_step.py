@@ -16,9 +16,10 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from llm_autopilot.api.inspection import InspectionFailure, ReportError, parse_report
+from llm_autopilot.api.inspection import InspectionFailure, ReportError, parse_adapter_report, parse_report
+from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.sources import PVCSource
-from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, SourceStatus
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, LoRASourceStatus, SourceStatus
 from llm_autopilot.desired.intent import INSPECTING
 from llm_autopilot.hub.client import ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError, resolve_offline
@@ -31,7 +32,8 @@ POLL_SECONDS = 3.0
 RETRY_SECONDS = 30.0
 
 
-__all__ = ["INSPECTING", "NOT_FOUND", "UNREADABLE", "Inspection", "needed", "observe", "observe_spec"]
+__all__ = ["INSPECTING", "NOT_FOUND", "UNREADABLE", "AdapterInspections", "Inspection", "needed", "observe",
+           "observe_adapters", "observe_spec"]
 
 
 class InspectCluster(Protocol):
@@ -173,3 +175,126 @@ def observe(kube: InspectCluster, owner: Owner, spec: LLMDeploymentSpec, source:
 def _failed(base: SourceStatus, message: str) -> Inspection:
     return Inspection(base.model_copy(update={"state": "Failed", "message": message}),
                       failure=(UNREADABLE, message))
+
+
+# --- pvc:// LoRA adapters: their adapter_config.json, read by the same kind of Job -------------------------
+
+@dataclass(frozen=True)
+class AdapterInspections:
+    """The pvc:// adapters' inspections: the configs read (by adapter name), status.loraSources, the inspect Jobs
+    to apply, and while one is not read yet (or cannot be), the failure (reason, message) that stops the plan."""
+
+    configs: dict[str, AdapterConfig]
+    statuses: tuple[LoRASourceStatus, ...]
+    objects: tuple[dict[str, Any], ...] = ()
+    failure: tuple[str, str] | None = None
+    retry_delay: float = RETRY_SECONDS
+
+
+def recorded_adapters(raw: Any) -> dict[str, LoRASourceStatus]:
+    """status.loraSources as the operator wrote it, by adapter name; an entry of another shape is read again."""
+    found = {}
+    for item in raw if isinstance(raw, list) else []:
+        try:
+            entry = LoRASourceStatus.model_validate(item)
+        except ValidationError:
+            continue
+        found[entry.name] = entry
+    return found
+
+
+def observe_adapters(kube: InspectCluster, owner: Owner, spec: LLMDeploymentSpec, image: str,
+                     recorded_raw: Any) -> AdapterInspections | None:
+    """Each pvc:// adapter's adapter_config.json as its inspect Job read it (once per source and claim uid:
+    kept in status.loraSources); None without pvc:// adapters."""
+    adapters = [(i, a) for i, a in enumerate(spec.lora.adapters if spec.lora else [])
+                if isinstance(a.location, PVCSource)]
+    if not adapters:
+        return None
+    recorded = recorded_adapters(recorded_raw)
+    configs: dict[str, AdapterConfig] = {}
+    statuses: list[LoRASourceStatus] = []
+    objects: list[dict[str, Any]] = []
+    failures: list[tuple[str, str]] = []
+    for i, adapter in adapters:
+        found = _observe_adapter(kube, owner, spec, i, adapter.name, image, recorded.get(adapter.name))
+        if found.status is not None:
+            statuses.append(found.status)
+        if found.config is not None:
+            configs[adapter.name] = found.config
+        objects += found.objects
+        if found.failure is not None:
+            failures.append(found.failure)
+    failure = None
+    if failures:  # a claim or a folder to fix says more than a Job still running
+        worst = [f for f in failures if f[0] != INSPECTING] or failures
+        failure = (worst[0][0], "; ".join(message for _, message in worst))
+    delay = POLL_SECONDS if failure is not None and failure[0] == INSPECTING else RETRY_SECONDS
+    return AdapterInspections(configs, tuple(statuses), tuple(objects), failure, delay)
+
+
+@dataclass(frozen=True)
+class _AdapterFound:
+    status: LoRASourceStatus | None
+    config: AdapterConfig | None = None
+    objects: tuple[dict[str, Any], ...] = ()
+    failure: tuple[str, str] | None = None
+
+
+def _observe_adapter(kube: InspectCluster, owner: Owner, spec: LLMDeploymentSpec, index: int, name: str,
+                     image: str, recorded: LoRASourceStatus | None) -> _AdapterFound:
+    adapter = spec.lora.adapters[index] if spec.lora else None
+    assert adapter is not None and isinstance(adapter.location, PVCSource)
+    source, namespace = adapter.location, owner.namespace
+    field_ = f"spec.lora.adapters[{index}] ({name})"
+    where = f"{source.uri} (claim {source.claim!r}, path {inspect.folder(source)!r})"
+    claim = kube.get("v1", "PersistentVolumeClaim", source.claim, namespace)
+    if claim is None:
+        return _AdapterFound(None, failure=(NOT_FOUND, (
+            f"{field_}: PersistentVolumeClaim {source.claim!r} of {source.uri} does not exist in namespace "
+            f"{namespace} (the pods mount claims of their own namespace only): create it there with the adapter's "
+            f"folder ({source.path or 'its root'}) on it, or correct the source; nothing is deployed until the "
+            "operator has read its adapter_config.json")))
+    claim_uid = str((claim.get("metadata") or {}).get("uid") or "")
+    if (recorded is not None and recorded.uri == source.uri and recorded.claim_uid == claim_uid
+            and recorded.state == "Inspected"):
+        return _AdapterFound(recorded, config=AdapterConfig(recorded.rank, recorded.base_model))
+    job_name = inspect.adapter_job_name(owner, source, claim_uid)
+    base = LoRASourceStatus(name=name, uri=source.uri, claim_uid=claim_uid, state="Inspecting", job_name=job_name)
+    live = kube.get("batch/v1", "Job", job_name, namespace)
+    if live is None:
+        job = with_hash(inspect.adapter_job(owner, spec, name, source, claim_uid, image))
+        return _AdapterFound(base, objects=(job,), failure=(INSPECTING, (
+            f"{field_}: reading adapter_config.json from {where} with Job {job_name}; nothing is deployed before "
+            "it is read")))
+    pods = sorted(kube.job_pods(namespace, job_name),
+                  key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+    newest = pods[-1] if pods else None
+    finished = _finished(live)
+    if finished is None:
+        waiting = _waiting(newest)
+        return _AdapterFound(base, failure=(INSPECTING, f"{field_}: reading adapter_config.json from {where} with "
+                                            f"Job {job_name}" + (f"; its pod: {_clip(waiting, 300)}" if waiting
+                                                                 else "")))
+    again = (f"it is inspected again {inspect.TTL_SECONDS} s after Job {job_name} finished (at once after "
+             f"`kubectl delete job {job_name} -n {namespace}`)")
+    message = _termination_message(newest) if newest is not None else ""
+    try:
+        report = parse_adapter_report(message)
+    except ReportError as exc:
+        problem = f"Job {job_name} {finished}: {exc}" if finished != "Complete" else f"Job {job_name}: {exc}"
+        return _adapter_failed(base, f"{field_}: cannot read {where}: {_clip(problem)}; {again}")
+    if isinstance(report, InspectionFailure):
+        return _adapter_failed(base, f"{field_}: {where}: {_clip(report.error)}; fix the volume or the adapter's "
+                                     f"source: {again}")
+    if finished != "Complete":
+        return _adapter_failed(base, f"{field_}: cannot read {where}: Job {job_name} {finished} with a successful "
+                                     f"report; {again}")
+    status = base.model_copy(update={"state": "Inspected", "rank": report.rank,
+                                     "base_model": (report.base_model or "")[:256] or None})
+    return _AdapterFound(status, config=AdapterConfig(status.rank, status.base_model))
+
+
+def _adapter_failed(base: LoRASourceStatus, message: str) -> _AdapterFound:
+    return _AdapterFound(base.model_copy(update={"state": "Failed", "message": message[:1000]}),
+                         failure=(UNREADABLE, message))

@@ -130,7 +130,8 @@ class Kube:
 
         Every write is first tried as a server-side dry run, so one rejected object stops the whole set before
         anything is written (no Deployment on GPUs whose Service the API server refuses). ``before_write`` runs
-        once the dry runs passed and before the first write (the reconcile records a remediation step there).
+        once the dry runs passed and before the first write (the reconcile records a remediation step and a new
+        calibration choice there).
         """
         return len(self.apply_changed(objects, before_write=before_write))
 

@@ -3,7 +3,8 @@
 The decisions are desired/intent.py's (pure: the planner, the renderer, remediation's decision, the
 conditions); this module only reads and writes: read_world (gather.py) and what the Intent asks for (the model
 cache's state, the workload, remediation's evidence), then the objects, all or none (each write is tried as a
-server-side dry run first), with a remediation step recorded in the status before the objects that carry it.
+server-side dry run first), with a remediation step and a new calibration choice recorded in the status before
+the objects that carry them.
 It never writes the spec and writes nothing when nothing changed. A resync enters through ``resync``, which
 first asks whether anything the reconcile reads has changed (quiet.py).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -65,7 +66,7 @@ from llm_autopilot.desired.world import (
     World,
 )
 from llm_autopilot.domain.burn_in import BurnInLoad, BurnInMeasurement
-from llm_autopilot.hub.resolve import ArchitectureRequired, ModelResolutionError
+from llm_autopilot.hub.resolve import ArchitectureRequired, InvalidOverride, ModelResolutionError
 from llm_autopilot.planner import verify
 from llm_autopilot.planner.plan import Plan
 from llm_autopilot.planner.pools import PoolChoice
@@ -132,9 +133,13 @@ class Cluster(PodSource, Protocol):
 
 
 class BurnInRuns(BurnIns, Protocol):
-    """The burn-in runs: read (gather.py's BurnIns) and started."""
+    """The burn-in runs: read (gather.py's BurnIns), started for an owner, and kept only while wanted."""
 
-    def start(self, uid: str, address: str, load: BurnInLoad) -> None: ...
+    def start(self, uid: str, address: str, load: BurnInLoad, owner: str = "") -> None: ...
+
+    def keep(self, owner: str, uids: Collection[str]) -> None:
+        """Drop the owner's runs other than ``uids``'s (controller/burn_in_load.py)."""
+        ...
 
 
 
@@ -224,7 +229,8 @@ class Reconciler:
         self.status = status
         self.kube = kube
         self.settings = settings
-        self.gatherer = gatherer
+        #: the evidence's pods come from this reconcile's view of the cluster (the operator's watches)
+        self.gatherer = gatherer.reading(kube)
         #: the reconcile's clock, injected (one reading for the whole pass)
         self.now = now if now is not None else _utcnow()
         self.writes = 0
@@ -237,20 +243,22 @@ class Reconciler:
         world = self.read(spec_body)
         decided, world = self.settle(spec_body, world)
         if not decided.objects:
-            return self.outcome(decided, recorded=False)
-        recorded: list[bool] = []
+            return self.outcome(decided, recorded=())
+        recorded: list[str] = []
 
-        def record_first() -> None:  # the dry runs passed: the step goes into the status before any child
-            if decided.step is not None:
-                self.record_step(decided.step)
-                recorded.append(True)
+        def record_first() -> None:  # the dry runs passed: the step and the calibration chosen go first
+            first = {key: value for key, value in (("remediation", decided.step), ("kvCalibration", decided.pin))
+                     if value is not None}
+            if first:
+                self.record_first(first)
+                recorded.extend(first)
 
         try:
             written = self.kube.apply_all(decided.objects, before_write=record_first)
         except ApplyRejected as exc:
             # nothing was written, or a step recorded just before a refusal for real (a race) is applied next pass
             rejected, _ = self.settle(spec_body, dataclasses.replace(world, applied=Applied(rejected=str(exc))))
-            return self.outcome(rejected, recorded=bool(recorded))
+            return self.outcome(rejected, recorded=tuple(recorded))
         except StatusConflict:
             # the object changed since it was read: nothing was written; decide again on what it says now
             return Outcome(retry=True, retry_reason="the LLMDeployment changed while it was reconciled; retrying",
@@ -259,7 +267,7 @@ class Reconciler:
         if written and decided.after is not None:  # Ready from the workload as the write left it
             after = Applied(view=workload_view(self.kube, decided.after))
             decided, _ = self.settle(spec_body, dataclasses.replace(world, applied=after))
-        return self.sync_lora(decided, self.outcome(decided, recorded=bool(recorded)))
+        return self.sync_lora(decided, self.outcome(decided, recorded=tuple(recorded)))
 
     def sync_lora(self, decided: Intent, out: Outcome) -> Outcome:
         """After the children are written: the Ready pods' LoRA adapters brought to the spec (runtime updates),
@@ -267,7 +275,7 @@ class Reconciler:
         if decided.lora is None:
             return out
         synced = lora_runtime.sync(self.kube, self.owner, decided.lora.spec, decided.lora.config,
-                                   previous=self.status.get("lora"))
+                                   previous=self.status.get("lora"), waiting=decided.lora.waiting)
         if self.status.get("lora") != synced.status:
             out.status["lora"] = synced.status
         out.events += synced.events
@@ -289,10 +297,12 @@ class Reconciler:
                   if found is not None else None)
         if found is not None and found.failure is not None:
             return dataclasses.replace(base, model=Unresolved(*found.failure), source=source)
+        adapters = inspect_step.observe_adapters(self.kube, self.owner, spec, self.settings.operator_image,
+                                                 self.status.get("loraSources"))
         try:
             world = read_world(spec, self.owner.name, self.owner.namespace, self.kube, self.settings,
                                volume=found.files if found is not None else None,
-                               recorded=inspect_step.recorded_source(self.status.get("source")))
+                               recorded=inspect_step.recorded_source(self.status.get("source")), adapters=adapters)
         except UnknownGPUError as exc:
             return dataclasses.replace(base, model=Unresolved("UnknownGPU", str(exc)), source=source)
         except VersionError as exc:
@@ -301,6 +311,8 @@ class Reconciler:
             return dataclasses.replace(base, model=Unresolved("SecretUnreadable", str(exc)), source=source)
         except ArchitectureRequired as exc:
             return dataclasses.replace(base, model=Unresolved("ArchitectureRequired", str(exc)), source=source)
+        except InvalidOverride as exc:
+            return dataclasses.replace(base, model=Unresolved("InvalidArchitecture", str(exc)), source=source)
         except ModelResolutionError as exc:
             return dataclasses.replace(base, model=Unresolved("ModelUnresolved", str(exc), retry=True),
                                        source=source)
@@ -345,12 +357,12 @@ class Reconciler:
             world = dataclasses.replace(world, verification=VerificationReading(asked.plan_hash, readings))
         return world
 
-    def outcome(self, decided: Intent, *, recorded: bool) -> Outcome:
-        """The Intent as the handlers report it, with the counters; a step recorded before its objects is not
-        written again."""
+    def outcome(self, decided: Intent, *, recorded: tuple[str, ...]) -> Outcome:
+        """The Intent as the handlers report it, with the counters; what was recorded before the objects (the
+        status keys ``recorded``) is not written again."""
         status = dict(decided.status)
-        if recorded:
-            status.pop("remediation", None)
+        for key in recorded:
+            status.pop(key, None)
         for line in decided.notes:
             logger.warning("%s", line)
         for outcome in decided.plans:
@@ -367,11 +379,13 @@ class Reconciler:
                        retry_reason=decided.retry_reason, retry_delay=decided.retry_delay)
 
     def burn_in(self, decided: Intent) -> None:
-        """The burn-in runs desired() started, and the readiness gates it judged (a pod that went meanwhile is
-        no error: its replacement is judged on its own)."""
+        """The burn-in runs desired() started, those it no longer needs dropped, and the readiness gates it
+        judged (a pod that went meanwhile is no error: its replacement is judged on its own)."""
         if self.burn_ins is not None:
             for start in decided.burn_in_starts:
-                self.burn_ins.start(start.uid, start.ip, start.load)
+                self.burn_ins.start(start.uid, start.ip, start.load, owner=self.owner.uid)
+            if decided.burn_in_keep is not None:
+                self.burn_ins.keep(self.owner.uid, decided.burn_in_keep)
         for gate in decided.gate_writes:
             try:
                 self.kube.patch_pod_condition(self.owner.namespace, gate.pod, gate.condition)
@@ -381,13 +395,13 @@ class Reconciler:
                 continue
             self.writes += 1
 
-    def record_step(self, step: dict[str, Any]) -> None:
-        """Write a remediation step (or relax) to the status before the children that carry it, so no crash in
-        between can leave a step applied but unrecorded: a reconcile after a crash reads the recorded step and
-        applies its children (the apply is idempotent). Raises StatusConflict when the object changed since it
-        was read."""
+    def record_first(self, status: dict[str, Any]) -> None:
+        """Write a remediation step (or relax) and a new calibration choice to the status before the children
+        that carry them, so no crash in between, nor a status write lost after them, can leave them applied but
+        unrecorded: a reconcile after it reads what was recorded and applies its children (the apply is
+        idempotent) instead of choosing again. Raises StatusConflict when the object changed since it was read."""
         try:
-            self.kube.patch_llmd_status(self.owner.namespace, self.owner.name, {"remediation": step},
+            self.kube.patch_llmd_status(self.owner.namespace, self.owner.name, status,
                                         resource_version=self.resource_version)
         except ApiException as exc:
             if exc.status == 409:

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
-from llm_autopilot.domain.burn_in import FULL_KV_USAGE, BurnInLoad, BurnInMeasurement
+from llm_autopilot.desired.world import PodBurnIn
+from llm_autopilot.domain.burn_in import BURN_IN_GATE, FULL_KV_USAGE, BurnInLoad, BurnInMeasurement
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.remediation.classify import Classification, Signal
 
@@ -71,8 +73,10 @@ def _count(value: float | None) -> str:
     return "unknown" if value is None else f"{value:g}"
 
 
-def judge(pod: str, load: BurnInLoad, m: BurnInMeasurement, *, gpus: int) -> BurnInVerdict:
-    """What one pod's measurement says (``gpus``: the GPUs the pod holds, for the run's cost)."""
+def judge(pod: str, load: BurnInLoad, m: BurnInMeasurement, *, gpus: int,
+          oom_killed_at: datetime | None = None) -> BurnInVerdict:
+    """What one pod's measurement says (``gpus``: the GPUs the pod holds, for the run's cost; ``oom_killed_at``:
+    when the kubelet last recorded its vLLM OOM-killed)."""
     gpu_seconds = round(m.wall_seconds * gpus, 1)
     shape = f"{load.requests} requests of {load.prompt_tokens}+{load.max_tokens} tokens at once"
     figures = (f"{shape}: {m.completed}/{m.sent} answered in {m.wall_seconds:.0f}s, peak KV usage "
@@ -95,6 +99,12 @@ def judge(pod: str, load: BurnInLoad, m: BurnInMeasurement, *, gpus: int) -> Bur
                     "wallSeconds": f"{m.wall_seconds:.1f}"}
         return BurnInVerdict(pod, False, "KVCacheTooSmall", f"{pod}: {what}; {figures}", gpu_seconds,
                              Classification(Signal.KV_SATURATION, summary, evidence=evidence))
+    if oom_killed_at is not None and m.started_at is not None and oom_killed_at >= m.started_at and (
+            m.errors or m.timed_out or m.completed < load.requests):
+        # the kill is remediation's evidence already (the pod's termination); the burn-in says it stopped the run
+        return BurnInVerdict(pod, False, "OOMKilled",
+                             f"{pod}: vLLM was OOM-killed during the burn-in (at {oom_killed_at:%Y-%m-%dT%H:%M:%SZ}; "
+                             f"remediation acts on the termination); {figures}", gpu_seconds)
     if m.errors:
         return BurnInVerdict(pod, False, "RequestsFailed",
                              f"{pod}: {m.errors} of {m.sent} requests failed ({m.first_error}); {figures}",
@@ -106,6 +116,15 @@ def judge(pod: str, load: BurnInLoad, m: BurnInMeasurement, *, gpus: int) -> Bur
     return BurnInVerdict(pod, True, BURN_IN_PASSED, f"{pod}: {figures}{unread}", gpu_seconds)
 
 
+def recorded_on_gate(pod: str, passed: bool) -> BurnInVerdict:
+    """The verdict a pod's readiness gate holds when status.burnIn lost it (the status write after the gate's
+    failed, and the run's figures went with the operator that restarted since): passed or not, no figures, no
+    remediation signal (a step the failure led to was recorded before its objects, the gate written after)."""
+    return BurnInVerdict(pod, passed, BURN_IN_PASSED if passed else "BurnInFailed",
+                         f"{pod}: judged by an earlier pass (its readiness gate {BURN_IN_GATE} is "
+                         f"{'True' if passed else 'False'}); its figures were not recorded", 0.0)
+
+
 def never_together(load: BurnInLoad, m: BurnInMeasurement) -> bool:
     """vLLM kept requests waiting and never ran them all at once although their outputs overlap: each output
     (``max_tokens`` decode steps) outlasts the prefills of the others (at most one a step), so a KV cache that
@@ -113,6 +132,26 @@ def never_together(load: BurnInLoad, m: BurnInMeasurement) -> bool:
     overlap = load.max_tokens >= 2 * load.requests
     return (overlap and m.samples >= 3 and m.peak_running is not None and m.peak_running < load.requests
             and (m.peak_waiting or 0) >= 1 and m.completed == load.requests)
+
+
+def units(pods: Sequence[PodBurnIn], *, grouped: bool) -> list[tuple[PodBurnIn | None, tuple[PodBurnIn, ...]]]:
+    """What each burn-in run covers: (the pod the load goes to, the pods its verdict is written on). A
+    Deployment's pod is its own. A group across nodes is one engine: one run on its leader (rank 0, the only pod
+    that serves the API; None while it is not there), its verdict on every pod of the group. A pod of a grouped
+    plan whose group or rank is not known is its own unit."""
+    if not grouped:
+        return [(p, (p,)) for p in pods]
+    groups: dict[str, list[PodBurnIn]] = {}
+    found: list[tuple[PodBurnIn | None, tuple[PodBurnIn, ...]]] = []
+    for p in pods:
+        if p.group is None or p.rank is None:
+            found.append((p, (p,)))
+        else:
+            groups.setdefault(p.group, []).append(p)
+    for name in sorted(groups):
+        members = tuple(sorted(groups[name], key=lambda p: (p.rank or 0, p.pod)))
+        found.append((next((p for p in members if p.rank == 0), None), members))
+    return found
 
 
 def evidence_key(plan_hash: str, pod: str) -> str:

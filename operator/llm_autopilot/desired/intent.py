@@ -2,11 +2,11 @@
 
 From the spec as written, the status as read, the World one gather step read (controller/gather.py) and the
 clock, it gives the Intent: the objects to apply (all or none), the status patch with the conditions, the
-Events, and the remediation step to record before the objects. What it needs read first and has not been
-given -- the model cache's state for the chosen plan, the workload and remediation's evidence for the plan in
-force -- it names in ``Intent.asks``; the shell reads that, adds it to the World and asks again, so every
-decision stays here and the shell only reads and writes. A refused apply, and the workload read again after a
-write, are given back the same way (``World.applied``).
+Events, and the remediation step and the calibration chosen to record before the objects. What it needs read
+first and has not been given -- the model cache's state for the chosen plan, the workload and remediation's
+evidence for the plan in force -- it names in ``Intent.asks``; the shell reads that, adds it to the World and
+asks again, so every decision stays here and the shell only reads and writes. A refused apply, and the
+workload read again after a write, are given back the same way (``World.applied``).
 
 The decisions themselves are the pure modules': the planner, the renderer, remediation's decide(), the
 refusals, the conditions.
@@ -39,7 +39,7 @@ from llm_autopilot.api.v1alpha1 import (
 from llm_autopilot.catalog.gpus import UnknownGPUError, gpu_from_labels
 from llm_autopilot.desired import burn_in, lora_sync
 from llm_autopilot.desired.calibration import Calibrations, SampleToRecord, sample_of
-from llm_autopilot.desired.refusals import autoscaling_problem
+from llm_autopilot.desired.refusals import autoscaling_problem, spec_refusal
 from llm_autopilot.desired.schedule import metrics_verdict, next_due, unsettled
 from llm_autopilot.desired.world import (
     AdapterReading,
@@ -50,7 +50,6 @@ from llm_autopilot.desired.world import (
     World,
 )
 from llm_autopilot.domain.burn_in import BURN_IN_GATE, BurnInLoad
-from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner import verify
 from llm_autopilot.planner.calibration import CalibrationKey, key_of
 from llm_autopilot.planner.config import ServingConfig
@@ -59,10 +58,10 @@ from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replic
 from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.remediation.decide import Decision, Evidence, Probe, decide
 from llm_autopilot.remediation.evidence import apply_overrides
-from llm_autopilot.remediation.ladder import Overrides, Running, max_model_len_floor
+from llm_autopilot.remediation.ladder import Overrides, Running, Workload, max_model_len_floor
 from llm_autopilot.remediation.state import MAX_REPLICAS, Author, Limits, RemediationState, effective_replicas
 from llm_autopilot.remediation.text import clean_line
-from llm_autopilot.render import cache, model_volume, rollout
+from llm_autopilot.render import cache, lora_volumes, model_volume, rollout
 from llm_autopilot.render.host_memory import host_memory
 from llm_autopilot.render.kubernetes import Owner, WorkloadInputs, label_selector, memory_limit_gib, plan_hash
 from llm_autopilot.render.vllm_args import VLLM_PORT, ServeOptions, render_vllm_args, unknown_flags
@@ -78,7 +77,7 @@ INSPECTING = "InspectingSource"
 #: failures that the same inputs always give again (a resync with the same inputs may stay quiet); the others
 #: depend on what the API server, the Hub or RBAC say next time
 DETERMINISTIC_FAILURES = frozenset({"InvalidSpec", "UnknownGPU", "UnsupportedVLLMVersion", "Infeasible",
-                                    "ArchitectureRequired", "LoRAAdapterRefused"})
+                                    "ArchitectureRequired", "InvalidArchitecture", "LoRAAdapterRefused"})
 
 
 # ---- planning and rendering, per candidate -----------------------------------------------------------------
@@ -99,6 +98,8 @@ class Context:
     #: the model cache's PVC (spec.model.cache) and whether its download is complete
     cache_claim: str | None = None
     cache_complete: bool = True
+    #: the s3:// LoRA adapters whose download into the cache is complete (by name): the pods load only those
+    downloaded_adapters: frozenset[str] = frozenset()
 
     def memory_of(self, pool: GPUPool | None) -> float:
         """The memory bound of a pool's nodes (0: no node of it is known); remediation's memory limit never
@@ -130,7 +131,9 @@ def context_of(spec: LLMDeploymentSpec, world: World, settings: OperatorDefaults
 
     def request_for(pool: GPUPool, overrides: Overrides) -> PlanRequest:
         # a pool seen on nodes: their GPUs per node and their number; else 8-GPU nodes, as many as maxGPUs needs
-        targets = apply_overrides(convert.targets_for_pool(spec, pool), overrides, floor_max_model_len=floor)
+        # the adapters' configs as read this pass: maxLoraRank's default is the largest of their ranks
+        targets = apply_overrides(convert.targets_for_pool(spec, pool, world.adapters.configs), overrides,
+                                  floor_max_model_len=floor)
         calibration = (calibrations.applied(key_of(pool.gpu.display_name, behaviour.version, model))
                        if calibrations is not None else None)
         return PlanRequest(model, pool.gpu, behaviour, targets, kv_calibration=calibration)
@@ -182,10 +185,11 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     served_name = spec.model.served_name
     local = cache.model_path() if ctx.cache_claim else model_volume.model_path(spec)
     lora_runtime = lora_sync.runtime(spec, plan.config)
+    modules = () if lora_runtime else lora_volumes.modules(spec, ctx.downloaded_adapters)
     args = render_vllm_args(plan, ServeOptions(served_model_name=served_name,
                                                revision=None if local else spec.model.revision,
                                                extra_args=tuple(spec.vllm.extra_args), model_path=local,
-                                               lora_modules=not lora_runtime))
+                                               lora_modules=modules))
     version = str(plan.config.vllm.version)
     host = host_memory(plan, spec.vllm.extra_args).total_gib
     fit = replicas_that_fit(plan.config, choice.pool) if choice.pool.nodes else None
@@ -209,14 +213,10 @@ def running(r: Rendered, ctx: Context) -> Running:
     """What runs, as remediation's ladder reads it: the rendered plan, with the spec's and the nodes' limits."""
     c, spec = r.plan.config, ctx.spec
     floors = spec.remediation.floors
-    replicas = r.inputs.replica_count
     pool_max = max((p.gpus_per_node for p in ctx.pools if p.gpu.name == c.gpu.name), default=spec.gpu.max_gpus)
     return Running(
+        config=c, workload=Workload(replicas=r.inputs.replica_count, memory_limit_gib=memory_limit_gib(r.inputs)),
         autoscaled=spec.autoscaling is not None,
-        max_model_len=c.max_model_len, max_num_batched_tokens=c.max_num_batched_tokens, max_num_seqs=c.max_num_seqs,
-        enforce_eager=c.enforce_eager, gpu_memory_utilization=c.gpu_memory_utilization,
-        fp8_kv_cache=c.kv_cache_dtype is KVCacheDtype.FP8, gpus=c.num_gpus, replicas=replicas,
-        memory_limit_gib=memory_limit_gib(r.inputs),
         fp8_kv_allowed="fp8" in spec.serving.allowed_kv_cache_dtypes,
         max_gpus=min(spec.gpu.max_gpus, pool_max),
         max_replicas=min(spec.remediation.max_replicas or spec.replicas, MAX_REPLICAS),
@@ -224,7 +224,7 @@ def running(r: Rendered, ctx: Context) -> Running:
         floor_max_model_len=ctx.floor_max_model_len,
         floor_gpu_memory_utilization=floors.min_gpu_memory_utilization,
         floor_max_num_seqs=floors.min_max_num_seqs, floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
-        max_loras=c.lora.max_loras if c.lora else 0, floor_max_loras=max(1, pinned_adapters(spec)),
+        floor_max_loras=max(1, pinned_adapters(spec)),
     )
 
 
@@ -250,12 +250,12 @@ def _int(value: Any) -> int:
 
 
 def cache_condition(status: CacheStatus) -> tuple[bool, str, str]:
-    """ModelCached: (status, reason, message)."""
+    """ModelCached: (status, reason, message). The status's message (why a try failed) follows what is said."""
+    retrying = f"; {status.message}" if status.message else ""
     if status.state == "Complete":
-        return True, "Cached", f"{status.total_bytes or status.bytes} bytes in PVC {status.claim_name}"
+        return True, "Cached", f"{status.total_bytes or status.bytes} bytes in PVC {status.claim_name}{retrying}"
     if status.state == "Failed":
         return False, "CacheFailed", status.message or f"the download into PVC {status.claim_name} failed"
-    retrying = f"; {status.message}" if status.message else ""
     if status.state == "Downloading":
         shown = f"{status.percent}%" if status.percent is not None else f"{status.bytes} bytes"
         return False, "Downloading", (f"{shown} into PVC {status.claim_name}; no vLLM pod starts before it "
@@ -358,28 +358,34 @@ def known_verification(raw: Any, tolerance_percent: float) -> verify.Known | Non
         return None
     if known.plan_hash is None or known.tolerance_percent != tolerance_percent:
         return None
-    return verify.Known(known.plan_hash, frozenset(p.pod for p in known.pods))
+    return verify.Known(known.plan_hash, frozenset(p.pod for p in known.pods) | {s.pod for s in known.stages or ()})
 
 
 @dataclass(frozen=True)
 class LoRAAsk:
-    """The spec's adapters and the plan in force, for the shell that loads and unloads them on the pods."""
+    """The spec's adapters and the plan in force, for the shell that loads and unloads them on the pods;
+    ``waiting``: the s3:// adapters not downloaded yet (by name: why), which no pod is asked to load."""
 
     spec: LLMDeploymentSpec
     config: ServingConfig
+    waiting: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class Intent:
     """What one reconcile means to write: the objects (all or none), then the status (only the keys that
-    change, the conditions among them) and the Events; ``step`` is remediation's status to record before the
-    objects that carry it. ``asks``: not decided yet, read these first."""
+    change, the conditions among them) and the Events; ``step`` and ``pin`` are the status to record before
+    the objects that carry them (remediation's step, the calibration chosen). ``asks``: not decided yet, read
+    these first."""
 
     objects: list[dict[str, Any]] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=dict)
     conditions: list[dict[str, Any]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     step: dict[str, Any] | None = None
+    #: status.kvCalibration's patch when the choice is new and the operator keeps a store, recorded with ``step``
+    #: before the objects: a choice applied but unrecorded would be made again from the store as it is then
+    pin: dict[str, Any] | None = None
     asks: Asks | None = None
     #: the workload to read again once the objects are written (the plan they carry)
     after: WorkloadAsk | None = None
@@ -405,12 +411,36 @@ class Intent:
     #: the burn-in runs to start and the readiness-gate conditions to write, once the objects are written
     burn_in_starts: list[BurnInStart] = field(default_factory=list)
     gate_writes: list[GateWrite] = field(default_factory=list)
+    #: the pods (uids) whose burn-in runs the operator still needs: the plan in force's whose verdict the status
+    #: does not record yet; the object's other runs are dropped (None: not decided this pass, keep them all)
+    burn_in_keep: tuple[str, ...] | None = None
+    #: the plan chosen for the spec (with the overrides remediation recorded), once the planner found one: also on
+    #: an Intent that asks, so the admission webhook has its verdict from the first round, and on one that a later
+    #: cause stopped (spec.autoscaling, the source), so the webhook that admits it with a warning still gives the
+    #: plan's own warnings
+    plan: Plan | None = None
 
 
 def desired(spec: Mapping[str, Any], status: Mapping[str, Any], world: World, now: datetime) -> Intent:
     """The Intent of one reconcile of the object ``world.owner`` whose spec is ``spec`` (as written) and status
     ``status`` (as read), at ``now``."""
     return _Pass(dict(status), world, now).run(dict(spec))
+
+
+def _downloads_waiting(status: CacheStatus | None) -> dict[str, str]:
+    """The s3:// adapters whose download into the cache is not complete, with what it is doing."""
+    waiting: dict[str, str] = {}
+    if status is None:
+        return waiting
+    for adapter in status.adapters or ():
+        if adapter.state == "Complete":
+            continue
+        doing = (f"its download into PVC {status.claim_name} failed: {adapter.message}" if adapter.state == "Failed"
+                 else f"downloading into PVC {status.claim_name} (Job {adapter.job_name}, {adapter.state}); served "
+                      "once complete")
+        waiting[adapter.name] = doing + (f"; {adapter.message}" if adapter.message and adapter.state != "Failed"
+                                         else "")
+    return waiting
 
 
 def _changed(current: Mapping[str, Any], key: str, value: Any) -> bool:
@@ -461,7 +491,7 @@ class _Pass:
         self.out.retry = retry
         self.out.settled = reason in DETERMINISTIC_FAILURES
         self.out.objects = []
-        self.out.step = None
+        self.out.step = self.out.pin = None
         return self.finish()
 
     def finish(self) -> Intent:
@@ -508,7 +538,7 @@ class _Pass:
         try:
             return self.decide(spec_body)
         except _Ask as asked:
-            return Intent(asks=asked.asks)
+            return Intent(asks=asked.asks, plan=self.out.plan)
 
     def decide(self, spec_body: dict[str, Any]) -> Intent:
         world = self.world
@@ -519,8 +549,14 @@ class _Pass:
         if world.source is not None and world.source.failure is not None:
             return self.inspecting(world.source)
         self.report_source(world.source)
+        if (refused := spec_refusal(spec, world.adapters.configs, self.settings.default_vllm_version)) is not None:
+            return self.fail(*refused)
         if isinstance(world.model, Unresolved):
             return self.fail(world.model.reason, world.model.message, retry=world.model.retry)
+        self.report_lora_sources(world.adapters)
+        if world.adapters.inspecting is not None:
+            return self.waiting_for_source(world.adapters.inspecting, world.adapters.objects,
+                                           world.adapters.retry_delay)
         calibrations = Calibrations.of(spec_body, self.status, world.calibration, self.now,
                                        world.calibration_unreadable)
         try:
@@ -541,6 +577,7 @@ class _Pass:
         if not isinstance(choice.result, Plan) or choice.pool is None:
             message = choice.result.message if isinstance(choice.result, Infeasible) else "no GPU pool"
             return self.fail("Infeasible", message)
+        self.out.plan = choice.result
         refusal = autoscaling_problem(ctx.spec, choice.result, choice.pool, prometheus_url=self.settings.prometheus_url,
                                       crds=world.crds)
         if refusal is None and not cache.enabled(ctx.spec):
@@ -550,7 +587,9 @@ class _Pass:
         cache_objects = self.observe_cache(ctx, choice.result)
         if self.cache_status is not None:
             ctx = dataclasses.replace(ctx, cache_claim=self.cache_status.claim_name,
-                                      cache_complete=self.cache_status.state == "Complete")
+                                      cache_complete=self.cache_status.state == "Complete",
+                                      downloaded_adapters=frozenset(a.name for a in self.cache_status.adapters or ()
+                                                                    if a.state == "Complete"))
         live = world.live_for(choice.result.config.nodes > 1)
         current = render(ctx, choice, state.overrides, self.owner, self.settings, live)
         view = self.workload_of(ctx, current, state)
@@ -572,7 +611,8 @@ class _Pass:
         self.note_inputs(ctx, final, world.evidence)
         self.report_verification(final, ctx.spec.verification.tolerance_percent,
                                  pin.message if pin.ratio is not None else None)
-        self.out.lora = LoRAAsk(ctx.spec, final.plan.config)  # without LoRA, status.lora goes (no pod is called)
+        # without LoRA, status.lora goes (no pod is called)
+        self.out.lora = LoRAAsk(ctx.spec, final.plan.config, _downloads_waiting(self.cache_status))
         self.report_cache()
         return self.finish()
 
@@ -588,11 +628,24 @@ class _Pass:
         """Planned=False while a pvc:// source is inspected or cannot be: only the inspect Job is applied."""
         self.report_source(found)
         assert found.failure is not None
+        return self.waiting_for_source(found.failure, found.objects, found.retry_delay)
+
+    def report_lora_sources(self, reading: AdapterReading) -> None:
+        """status.loraSources: what the pvc:// adapters' inspect Jobs read (removed without such adapters)."""
+        value = ([s.model_dump(by_alias=True, exclude_none=True) for s in reading.sources]
+                 if reading.sources is not None else None)
+        if _changed(self.status, "loraSources", value):
+            self.out.status["loraSources"] = value
+
+    def waiting_for_source(self, failure: tuple[str, str], objects: tuple[dict[str, Any], ...],
+                           retry_delay: float) -> Intent:
+        """Planned=False while a volume (the model's, a LoRA adapter's) is inspected or cannot be: only the inspect
+        Jobs are applied."""
         applied = self.world.applied
         if applied is not None and applied.rejected is not None:
             return self.fail("ApplyRejected", clean_line(applied.rejected, MESSAGE_LIMIT), retry=True)
-        self.out.retry_delay, self.out.retry_reason = found.retry_delay, found.failure[1][:200]
-        reason, message = found.failure
+        self.out.retry_delay, self.out.retry_reason = retry_delay, failure[1][:200]
+        reason, message = failure
         if reason != INSPECTING:
             self.fail(reason, message, retry=True)
         else:
@@ -602,7 +655,7 @@ class _Pass:
                 self.event("Normal", reason, message)
             self.out.retry = True
             self.finish()
-        self.out.objects = list(found.objects)
+        self.out.objects = list(objects)
         return self.out
 
     def observe_cache(self, ctx: Context, plan: Plan) -> list[dict[str, Any]]:
@@ -648,6 +701,7 @@ class _Pass:
             self.conditions = [c for c in self.conditions if c.get("type") != burn_in.BURN_IN_PASSED]
             if self.status.get("burnIn") is not None:
                 self.out.status["burnIn"] = None
+            self.out.burn_in_keep = ()
             return None
         seen = self.world.burn_in
         assert seen is not None and seen.plan_hash == r.plan_hash  # asked with the workload
@@ -660,28 +714,46 @@ class _Pass:
         judged: list[tuple[str, burn_in.BurnInVerdict | None]] = []
         records: list[PodBurnInStatus] = []
         signal: tuple[str, Classification] | None = None
-        for pod in seen.pods:
-            verdict = known.get(pod.pod)
-            if verdict is None and pod.measurement is not None:
-                verdict = burn_in.judge(pod.pod, load, pod.measurement, gpus=config.gpus_per_pod)
+        # a pod is its own unit; a group across nodes is one: the load goes to its leader (rank 0, which serves
+        # the API), the verdict is the group's and goes on every pod's gate, and the run costs every GPU of it
+        units = burn_in.units(seen.pods, grouped=r.shape is not Shape.DEPLOYMENT)
+        # the runs still needed: a verdict in status.burnIn is the record, the run's own result is not needed then
+        self.out.burn_in_keep = tuple(leader.uid for leader, _ in units
+                                      if leader is not None and leader.uid and leader.pod not in known)
+        for leader, members in units:
+            if leader is None:  # a group whose leader is not there yet: nothing to run, not passed either
+                self.burning = True
+                continue
+            verdict = known.get(leader.pod)
+            gate = next((p.gate for p in members if p.gate is not None), None)
+            if verdict is None and leader.measurement is None and gate is not None:
+                # judged before, its status.burnIn entry lost (an operator restarted since): the pod's gate is the
+                # durable record; a pod let in may serve traffic already, so it is not run again
+                verdict = burn_in.recorded_on_gate(leader.pod, gate)
+            if verdict is None and leader.measurement is not None:
+                verdict = burn_in.judge(leader.pod, load, leader.measurement,
+                                        gpus=config.num_gpus if leader.rank is not None else config.gpus_per_pod,
+                                        oom_killed_at=max((p.oom_killed_at for p in members if p.oom_killed_at),
+                                                          default=None))  # a group's worker kills the engine too
                 self.event("Normal" if verdict.passed else "Warning",
                            burn_in.BURN_IN_PASSED if verdict.passed else "BurnInFailed", verdict.message)
                 if verdict.signal is not None and signal is None:
-                    signal = burn_in.evidence_key(r.plan_hash, pod.pod), verdict.signal
+                    signal = burn_in.evidence_key(r.plan_hash, leader.pod), verdict.signal
             if verdict is not None:
-                records.append(PodBurnInStatus(pod=pod.pod, passed=verdict.passed, reason=verdict.reason,
+                records.append(PodBurnInStatus(pod=leader.pod, passed=verdict.passed, reason=verdict.reason,
                                                message=verdict.message[:600], gpu_seconds=verdict.gpu_seconds))
-                judged.append((pod.pod, verdict))
-                if pod.gate is not verdict.passed:
-                    self.out.gate_writes.append(GateWrite(pod.pod, {
-                        "type": BURN_IN_GATE, "status": "True" if verdict.passed else "False",
-                        "reason": verdict.reason, "message": verdict.message[:1000],
-                        "lastTransitionTime": self.stamp}))
+                judged.append((leader.pod, verdict))
+                for pod in members:
+                    if pod.gate is not verdict.passed:
+                        self.out.gate_writes.append(GateWrite(pod.pod, {
+                            "type": BURN_IN_GATE, "status": "True" if verdict.passed else "False",
+                            "reason": verdict.reason, "message": verdict.message[:1000],
+                            "lastTransitionTime": self.stamp}))
                 continue
-            if pod.containers_ready and pod.ip and not pod.running:
-                self.out.burn_in_starts.append(BurnInStart(pod.uid, pod.ip, load))
-            if pod.containers_ready:
-                judged.append((pod.pod, None))
+            if leader.containers_ready and leader.ip and not leader.running:
+                self.out.burn_in_starts.append(BurnInStart(leader.uid, leader.ip, load))
+            if leader.containers_ready:
+                judged.append((leader.pod, None))
             self.burning = True  # the next resync looks again (a run's end changes nothing the watches see)
         value = BurnInStatus(plan_hash=r.plan_hash, pods=tuple(records[:64])).model_dump(
             by_alias=True, mode="json")
@@ -697,6 +769,8 @@ class _Pass:
         if _changed(self.status, "kvCalibration", value):
             old = self.status.get("kvCalibration")  # a merge patch: the fields it no longer has go as nulls
             self.out.status["kvCalibration"] = {**dict.fromkeys(old), **value} if isinstance(old, dict) else value
+            if calibrations.kept:  # recorded before the objects that plan with it (no store: nothing to choose)
+                self.out.pin = self.out.status["kvCalibration"]
         return pin
 
     def report_verification(self, r: Rendered, tolerance: float, calibration: str | None) -> None:
@@ -707,13 +781,21 @@ class _Pass:
         seen = self.world.verification
         if seen is None or seen.plan_hash != r.plan_hash:
             raise _Ask(Asks(verification=VerificationAsk(self.owner.namespace, self.owner.name, r.plan_hash, known)))
-        decision = verify.decide(verify.predict(r.plan.config, r.plan.estimate), r.plan_hash, known, seen.readings,
-                                 vllm_version=str(r.plan.config.vllm.version), now=self.now,
-                                 tolerance_percent=tolerance)
+        config, version = r.plan.config, str(r.plan.config.vllm.version)
+        uncalibrated = r.plan.estimate.uncalibrated_kv_bytes
+        if config.pipeline_parallel_size > 1:  # groups across nodes: the engine and each stage
+            group = verify.predict_group(config)
+            uncalibrated = group.uncalibrated_kv_bytes
+            decision = verify.decide_groups(group, r.plan_hash, known, seen.readings, vllm_version=version,
+                                            now=self.now, tolerance_percent=tolerance)
+        else:
+            decision = verify.decide(verify.predict(config, r.plan.estimate), r.plan_hash, known, seen.readings,
+                                     vllm_version=version, now=self.now, tolerance_percent=tolerance)
         if not decision.keep:
-            found = VerificationStatus.of_pods(decision.results, plan_hash=r.plan_hash, calibration=calibration)
+            found = VerificationStatus.of_pods(decision.results, plan_hash=r.plan_hash, calibration=calibration,
+                                               stages=decision.stages)
             # a pod of another release measured another engine than the key's: it calibrates nothing
-            self.out.calibration_sample = sample_of(_calibration_key(r), decision.results, r.plan.estimate,
+            self.out.calibration_sample = sample_of(_calibration_key(r), decision.results, uncalibrated,
                                                     f"{self.owner.namespace}/{self.owner.name}",
                                                     self.now) if decision.mismatch is None else None
             value = found.model_dump(by_alias=True, exclude_none=True, mode="json") if found else None
@@ -818,8 +900,8 @@ class _Pass:
 
 
 def _burns_in(spec: LLMDeploymentSpec, r: Rendered) -> bool:
-    """Whether the plan's pods carry the burn-in's readiness gate (a Deployment's; not groups across nodes)."""
-    return spec.verification.burn_in is not None and r.shape is Shape.DEPLOYMENT
+    """Whether the plan's pods carry the burn-in's readiness gate (a Deployment's pods, every pod of a group)."""
+    return spec.verification.burn_in is not None
 
 
 def _known_burn_in(raw: Any, plan_hash: str) -> dict[str, burn_in.BurnInVerdict]:

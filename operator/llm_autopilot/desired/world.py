@@ -6,10 +6,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from llm_autopilot.api.lora import AdapterConfig
-from llm_autopilot.api.v1alpha1 import CacheStatus, SourceStatus
+from llm_autopilot.api.v1alpha1 import CacheStatus, LoRASourceStatus, SourceStatus
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.burn_in import BurnInMeasurement
 from llm_autopilot.planner.calibration import CalibrationStore
@@ -53,14 +54,21 @@ class Unresolved:
 
 @dataclass(frozen=True)
 class AdapterReading:
-    """The LoRA adapters' adapter_config.json files as read from the Hub (controller/adapters.py reads them)."""
+    """The LoRA adapters' adapter_config.json files as read from their sources (controller/adapters.py reads the
+    Hub's and S3's; the pvc:// ones' inspect Jobs, controller/inspect_step.py)."""
 
     #: the adapters' configs read, by adapter name
     configs: dict[str, AdapterConfig] = field(default_factory=dict)
-    #: adapters that could not be read (the Hub's answer), each a sentence with what to do
+    #: adapters that could not be read (the Hub's or the store's answer), each a sentence with what to do
     errors: list[str] = field(default_factory=list)
-    #: adapters read without an adapter_config.json: nothing to check
+    #: adapters read without an adapter_config.json, or left to the reconcile: nothing to check here
     notes: list[str] = field(default_factory=list)
+    #: status.loraSources: what the pvc:// adapters' inspect Jobs read (None: there are none)
+    sources: tuple[LoRASourceStatus, ...] | None = None
+    #: the inspect Jobs still to apply, and while a pvc:// adapter is not read yet, why (reason, message)
+    objects: tuple[dict[str, Any], ...] = ()
+    inspecting: tuple[str, str] | None = None
+    retry_delay: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,11 @@ class PodBurnIn:
     gate: bool | None
     measurement: BurnInMeasurement | None = None
     running: bool = False
+    #: a pod of a group across nodes: its group and its rank (0: the leader, which serves the API)
+    group: str | None = None
+    rank: int | None = None
+    #: when the pod's vLLM container was last OOM-killed (None: never), as the kubelet recorded it
+    oom_killed_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ load against one pod's own IP and measures (the shell). Standard library only.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 #: the pod condition the readiness gate waits on: Ready (and so the Services' endpoints) only once it is True
 BURN_IN_GATE = "llm-autopilot.io/burn-in"
@@ -66,3 +67,5 @@ class BurnInMeasurement:
     full_while_waiting: int = 0
     generated_tokens: int = 0
     wall_seconds: float = 0.0
+    #: when the run started (wall clock, UTC): a termination of the pod's vLLM after it happened during the run
+    started_at: datetime | None = None

@@ -1,13 +1,15 @@
 """Remediation's knobs, each declared once: its field on ``Overrides``, its alias in ``status.remediation.
 applied``, its status schema (description, bounds), the bounds a status read from the cluster is clamped into,
-and the planner target it sets. Each bound is stated once: a row's ``low``/``high`` say only what its schema
-bounds cannot (a bound that depends on the limits, or a tighter one); a status read is clamped into the tighter
-of the two, else the schema's (``Knob.clamp_low``/``clamp_high``). Pure, ground floor (imports nothing of the package).
+the planner target it sets and where its value in what runs now is read. Each bound is stated once: a row's
+``low``/``high`` say only what its schema bounds cannot (a bound that depends on the limits, or a tighter one); a
+status read is clamped into the tighter of the two, else the schema's (``Knob.clamp_low``/``clamp_high``). Pure,
+ground floor (imports only the domain).
 
 ``Overrides``' status form (remediation/ladder.py), the status model (api/v1alpha1.RemediationOverrides), the
-defensive reader of a status (remediation/state.py) and the planner mapping (remediation/evidence.apply_overrides)
-are derived from this table. Knobs whose reading or mapping is not a plain bound or copy
-(replicas, max_model_len, fp8 KV cache, max_loras) say so with ``special``.
+defensive reader of a status (remediation/state.py), the planner mapping (remediation/evidence.apply_overrides) and
+what runs now (remediation/ladder.Running, a view of the planned config) are derived from this table. Knobs whose
+reading or mapping is not a plain bound or copy (replicas, max_model_len, fp8 KV cache, max_loras) say so with
+``special``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
+
+from llm_autopilot.domain.precision import KVCacheDtype
 
 
 class Limits(Protocol):
@@ -46,6 +50,11 @@ def _none(_: Limits) -> float | None:
     return None
 
 
+#: a knob's value in what runs now, read from the view (remediation.ladder.Running: ``config``, the planned
+#: planner.config.ServingConfig, and ``workload``, what the renderer made of it); Any: both sit above this floor
+Reading = Callable[[Any], Any]
+
+
 @dataclass(frozen=True)
 class Knob:
     #: the field of ``Overrides`` (and of ``RemediationOverrides``)
@@ -63,6 +72,9 @@ class Knob:
     target: str | None = None
     #: read or mapped by its own code (state.py, evidence.apply_overrides), not from the bounds and target
     special: bool = False
+    #: what runs now for this knob: the planned config's attribute of this name (None: the field's own name), or
+    #: a function of the view where it is not one attribute of the plan (``current``)
+    now: str | Reading | None = None
     #: the status schema: its description and the bounds the CRD admits (ge/gt/le)
     description: str = ""
     ge: float | None = None
@@ -95,6 +107,12 @@ class Knob:
         schema's; else the schema's."""
         return _tightest(min, self.high(limits), self.schema_high())
 
+    def current(self, running: Any) -> Any:
+        """This knob's value in what runs now (``running``: remediation.ladder.Running), as ``now`` says."""
+        if callable(self.now):
+            return self.now(running)
+        return getattr(running.config, self.now or self.field)
+
 
 def _tightest(pick: Callable[[float, float], float], own: float | None, schema: float | None) -> float | None:
     return schema if own is None else own if schema is None else pick(own, schema)
@@ -112,20 +130,27 @@ KNOBS: tuple[Knob, ...] = (
     Knob("gpu_memory_utilization", "gpuMemoryUtilization", Kind.NUMBER,
          low=lambda lim: lim.floor_gpu_memory_utilization, positive=True,
          target="gpu_memory_utilization", description="Pinned gpu_memory_utilization.", gt=0, le=1),
-    Knob("fp8_kv_cache", "fp8KVCache", Kind.FLAG, special=True, description="KV cache forced to fp8."),
+    Knob("fp8_kv_cache", "fp8KVCache", Kind.FLAG, special=True, description="KV cache forced to fp8.",
+         now=lambda run: run.config.kv_cache_dtype is KVCacheDtype.FP8),
     Knob("min_gpus", "minGPUs", Kind.INTEGER, high=lambda lim: lim.max_gpus, target="min_gpus",
-         description="At least this many GPUs per replica.", ge=1, le=64),
+         description="At least this many GPUs per replica.", ge=1, le=64, now="num_gpus"),
+    # replicas and the memory limit are the rendered workload's, not the plan's
     Knob("replicas", "replicas", Kind.INTEGER, special=True, description="Replicas instead of spec.replicas.",
-         ge=1, le=1000),
+         ge=1, le=1000, now=lambda run: run.workload.replicas),
     Knob("memory_limit_gib", "memoryLimitGiB", Kind.NUMBER, low=lambda _: 1.0,
          high=lambda lim: lim.node_memory_gib if lim.node_memory_gib > 0 else None, positive=True,
-         description="Container memory limit (GiB).", gt=0),
+         description="Container memory limit (GiB).", gt=0, now=lambda run: run.workload.memory_limit_gib),
     # LoRA adapter slots: mapped into the plan's LoRA request, never below its pinned adapters (evidence.py)
     Knob("max_loras", "maxLoras", Kind.INTEGER, special=True,
-         description="LoRA adapter slots (--max-loras).", ge=1, le=64),
+         description="LoRA adapter slots (--max-loras).", ge=1, le=64,
+         now=lambda run: run.config.lora.max_loras if run.config.lora is not None else 0),
+    Knob("max_cudagraph_capture_size", "maxCudagraphCaptureSize", Kind.INTEGER, target="max_cudagraph_capture_size",
+         description="Largest batch captured in a CUDA graph (--max-cudagraph-capture-size).", ge=1,
+         now="cuda_graph_capture_size"),
 )
 
 ALIASES: dict[str, str] = {k.field: k.alias for k in KNOBS}
+BY_FIELD: dict[str, Knob] = {k.field: k for k in KNOBS}
 
 
 def to_status(values: dict[str, Any]) -> dict[str, Any]:

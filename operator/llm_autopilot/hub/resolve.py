@@ -27,6 +27,11 @@ class ModelResolutionError(ValueError):
     """The model could not be resolved; the message is meant for the user."""
 
 
+class InvalidOverride(ModelResolutionError):
+    """spec.model.architecture, alone or merged onto the catalog's config, does not describe a model we can plan
+    for (the same every time: nothing was read)."""
+
+
 def hub_id(name: str) -> str:
     return name.strip().removeprefix("hf://")
 
@@ -56,21 +61,25 @@ def resolve_offline(
 ) -> ModelArchitecture | None:
     """The architecture without the Hub: the catalog's config with the override merged on top, or an override
     complete enough on its own; None when the Hub is needed. Admission and reconcile both start here.
-    ``use_catalog=False`` for an s3:// source, whose own config.json is read instead of the catalog's."""
+    ``use_catalog=False`` for an s3:// source, whose own config.json is read instead of the catalog's. Raises
+    InvalidOverride when what the override makes of the model cannot be planned for."""
     model_id = hub_id(name)
     override = dict(override or {})
     entry = find_catalog_entry(model_id) if revision is None and use_catalog else None
-    if entry is not None:
-        if not override:
-            catalog = find_catalog_model(model_id)
-            assert catalog is not None  # the entry and the parsed model come from the same files
-            return _with_variants(catalog, variants)
-        keeps_weights = set(override) <= _WEIGHT_NEUTRAL
-        checkpoint = override_checkpoint_bytes or (entry.checkpoint_bytes if keeps_weights else None)
-        return _parsed({**entry.config, **override}, entry.model_id, checkpoint,
-                       {**entry.variants, **(variants or {})})
-    if override and all(k in override for k in _REQUIRED_FOR_OVERRIDE_ONLY):
-        return _parsed(override, model_id, override_checkpoint_bytes, variants)
+    try:
+        if entry is not None:
+            if not override:
+                catalog = find_catalog_model(model_id)
+                assert catalog is not None  # the entry and the parsed model come from the same files
+                return _with_variants(catalog, variants)
+            keeps_weights = set(override) <= _WEIGHT_NEUTRAL
+            checkpoint = override_checkpoint_bytes or (entry.checkpoint_bytes if keeps_weights else None)
+            return _parsed({**entry.config, **override}, entry.model_id, checkpoint,
+                           {**entry.variants, **(variants or {})})
+        if override and all(k in override for k in _REQUIRED_FOR_OVERRIDE_ONLY):
+            return _parsed(override, model_id, override_checkpoint_bytes, variants)
+    except ModelResolutionError as exc:
+        raise InvalidOverride(f"spec.model.architecture: {exc}") from exc
     return None
 
 

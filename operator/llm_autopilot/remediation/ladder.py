@@ -13,12 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from llm_autopilot.domain import knobs
+from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import DEFAULT_MIN_MAX_MODEL_LEN
 from llm_autopilot.remediation.classify import Classification, Signal
 
 _LEN_ROUNDING = 256
 _GMU_STEP = 0.04
 _MEMORY_GROWTH = 1.5
+#: the smallest largest-batch the CUDA-graph rung keeps: the small decode batches, where a graph saves the most
+#: time per token, keep theirs; below it the next rung is eager mode
+_MIN_CUDA_GRAPH_CAPTURE = 64
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class Overrides:
     memory_limit_gib: float | None = None
     #: LoRA adapter slots (--max-loras), lowered on an OOM; never below the pinned adapters
     max_loras: int | None = None
+    #: the largest batch captured in a CUDA graph, lowered before eager mode turns graphs off
+    max_cudagraph_capture_size: int | None = None
 
     def to_status(self) -> dict[str, Any]:
         return knobs.to_status(dataclasses.asdict(self))
@@ -46,18 +52,24 @@ class Overrides:
 
 
 @dataclass(frozen=True)
-class Running:
-    """What runs now (the current plan) and the limits remediation must respect."""
+class Workload:
+    """What the renderer made of the plan beyond its config (render/ sits above remediation: the caller reads
+    them off the rendered objects)."""
 
-    max_model_len: int
-    max_num_batched_tokens: int
-    max_num_seqs: int
-    enforce_eager: bool
-    gpu_memory_utilization: float
-    fp8_kv_cache: bool
-    gpus: int
     replicas: int
+    #: the container memory limit the objects set (GiB)
     memory_limit_gib: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Running:
+    """What runs now -- a view of the planned config and of the workload rendered from it -- and the limits
+    remediation must respect. Each knob's value is read through its row of the knob table (``Knob.current``), so a
+    knob the planner sets is read where the planner put it, never copied here; the properties give the rungs typed
+    names."""
+
+    config: ServingConfig
+    workload: Workload
     # limits
     fp8_kv_allowed: bool
     max_gpus: int
@@ -69,9 +81,58 @@ class Running:
     floor_max_num_batched_tokens: int
     #: spec.autoscaling is set: KEDA owns the replica count, so no rung changes it
     autoscaled: bool = False
-    #: --max-loras (0: no LoRA) and the fewest slots the spec allows (its pinned adapters, at least one)
-    max_loras: int = 0
+    #: the fewest LoRA slots the spec allows (its pinned adapters, at least one)
     floor_max_loras: int = 1
+
+    def now(self, knob: str) -> Any:
+        """What runs now for a knob (its field on ``Overrides``), as the table reads it."""
+        return knobs.BY_FIELD[knob].current(self)
+
+    @property
+    def max_model_len(self) -> int:
+        return int(self.now("max_model_len"))
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        return int(self.now("max_num_batched_tokens"))
+
+    @property
+    def max_num_seqs(self) -> int:
+        return int(self.now("max_num_seqs"))
+
+    @property
+    def enforce_eager(self) -> bool:
+        return bool(self.now("enforce_eager"))
+
+    @property
+    def gpu_memory_utilization(self) -> float:
+        return float(self.now("gpu_memory_utilization"))
+
+    @property
+    def fp8_kv_cache(self) -> bool:
+        return bool(self.now("fp8_kv_cache"))
+
+    @property
+    def gpus(self) -> int:
+        return int(self.now("min_gpus"))
+
+    @property
+    def replicas(self) -> int:
+        return int(self.now("replicas"))
+
+    @property
+    def memory_limit_gib(self) -> float:
+        return float(self.now("memory_limit_gib"))
+
+    @property
+    def max_loras(self) -> int:
+        """--max-loras (0: no LoRA)."""
+        return int(self.now("max_loras"))
+
+    @property
+    def cuda_graph_capture_size(self) -> int:
+        """The largest batch captured in a CUDA graph (0: eager mode)."""
+        return int(self.now("max_cudagraph_capture_size"))
 
 
 def max_model_len_floor(*, floor: int | None, serving_min: int | None, serving_max: int | None,
@@ -146,6 +207,24 @@ def _fewer_seqs(r: Running, o: Overrides, *, with_tokens: bool) -> Candidate | N
     return Candidate(changed, action)
 
 
+def _on_capture_grid(size: int) -> int:
+    """The largest batch vLLM captures at or below ``size`` (8 or more): it captures every 8 tokens, every 16 from
+    256 (0.11 on; every 8 before, which every 16 is on too), and truncates a --max-cudagraph-capture-size off that
+    grid to it (``VllmConfig._set_cudagraph_sizes``), so a size pinned on the grid is the one that runs."""
+    return size - size % (16 if size >= 256 else 8)
+
+
+def _smaller_cuda_graphs(r: Running, o: Overrides) -> Candidate | None:
+    """Half the largest batch captured in a CUDA graph (vLLM's default: 2 x max_num_seqs up to 512, so the first
+    halving still covers every decode batch), on vLLM's capture grid, not below ``_MIN_CUDA_GRAPH_CAPTURE``: fewer
+    graphs hold less memory, and larger batches run without one instead of every batch (eager mode)."""
+    size = max(_on_capture_grid(r.cuda_graph_capture_size // 2), _MIN_CUDA_GRAPH_CAPTURE)
+    if size >= r.cuda_graph_capture_size:  # also in eager mode (0): no graphs to shrink
+        return None
+    return Candidate(dataclasses.replace(o, max_cudagraph_capture_size=size),
+                     f"CUDA graphs captured up to {r.cuda_graph_capture_size} -> {size} tokens per batch")
+
+
 def _eager(r: Running, o: Overrides) -> Candidate | None:
     if r.enforce_eager:
         return None
@@ -201,7 +280,8 @@ def candidates(c: Classification, r: Running, o: Overrides) -> list[Candidate]:
         case Signal.NO_KV_MEMORY:
             options = [_fewer_batched_tokens(r, o), _fewer_loras(r, o), _eager(r, o), _more_gpus(r, o)]
         case Signal.CUDA_OOM_STARTUP:
-            options = [_fewer_batched_tokens(r, o), _fewer_loras(r, o), _eager(r, o), _lower_utilization(r, o)]
+            options = [_fewer_batched_tokens(r, o), _fewer_loras(r, o), _smaller_cuda_graphs(r, o), _eager(r, o),
+                       _lower_utilization(r, o)]
         case Signal.CUDA_OOM_RUNTIME:
             options = [_fewer_seqs(r, o, with_tokens=True), _fp8_kv(r, o), _more_gpus(r, o), _lower_utilization(r, o)]
         case Signal.KV_SATURATION:

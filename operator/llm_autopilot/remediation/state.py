@@ -170,18 +170,23 @@ class _Reader:
         return None
 
     def overrides(self, where: str, raw: Mapping[str, Any], limits: Limits) -> RemediationOverrides:
-        replicas = raw.get("replicas")
-        clamped_replicas = clamp_replicas(replicas, limits.spec_replicas, limits.max_replicas)
-        if replicas is not None and clamped_replicas != replicas:
-            bound = replicas_bound(limits.spec_replicas, limits.max_replicas)
-            outcome = "ignored" if clamped_replicas is None else f"clamped to {clamped_replicas}"
-            self.warn(f"{where}.replicas {replicas!r} is outside 1..{bound}; {outcome}")
+        """One applied entry: every knob read as its row declares it, but replicas (``special``: its bound is
+        spec.replicas, which may be 0, or remediation.maxReplicas; ``effective_replicas`` reads it the same way)."""
+        values: dict[str, Any] = {knob.field: self.replicas(where, raw, knob, limits) if knob.field == "replicas"
+                                  else self.knob(where, raw, knob, limits) for knob in KNOBS}
         generation = raw.get("generation")
-        values: dict[str, Any] = {knob.field: self.knob(where, raw, knob, limits) for knob in KNOBS
-                                  if knob.field not in ("replicas",)}
         return RemediationOverrides.model_validate({
-            **values, "replicas": clamped_replicas,
+            **values,
             "generation": generation if isinstance(generation, int) and not isinstance(generation, bool) else None})
+
+    def replicas(self, where: str, raw: Mapping[str, Any], knob: Knob, limits: Limits) -> int | None:
+        value = raw.get(knob.alias)
+        clamped = clamp_replicas(value, limits.spec_replicas, limits.max_replicas)
+        if value is not None and clamped != value:
+            bound = replicas_bound(limits.spec_replicas, limits.max_replicas)
+            outcome = "ignored" if clamped is None else f"clamped to {clamped}"
+            self.warn(f"{where}.{knob.alias} {value!r} is outside 1..{bound}; {outcome}")
+        return clamped
 
     def knob(self, where: str, raw: Mapping[str, Any], knob: Knob, limits: Limits) -> Any:
         """One knob of an applied entry, read as the table declares it."""

@@ -52,9 +52,62 @@ def labels(owner: Owner) -> dict[str, str]:
 
 
 def job(owner: Owner, spec: LLMDeploymentSpec, source: PVCSource, claim_uid: str, image: str) -> dict[str, Any]:
+    return _job(owner, spec, source, claim_uid, image, name=job_name(owner, source, claim_uid),
+                command=["llm-autopilot"], args=["inspect-volume", folder(source)])
+
+
+# --- a pvc:// LoRA adapter: its adapter_config.json -------------------------------------------------------
+
+#: what the adapter's inspect container runs: POSIX sh, tr and wc, in the operator's image. It checks the folder
+#: (adapter_config.json and the weights are there and readable) and hands adapter_config.json back, its blank space
+#: squeezed, as the termination message; the operator parses it (api/inspection.py::parse_adapter_report). A
+#: failure is one line, "error: ...". The rank and the base model need nothing else, so no code of the operator's
+#: runs in the pod, and any version of its image reads any adapter.
+ADAPTER_SCRIPT = r"""set -u
+dir="$1"
+config="$dir/adapter_config.json"
+log="${TERMINATION_LOG:-/dev/termination-log}"
+fail() { printf 'error: %s\n' "$*" >&2; printf 'error: %s\n' "$*" > "$log" 2>/dev/null; exit 2; }
+[ -d "$dir" ] || fail "$dir does not exist on the volume (or is not a folder)"
+[ -f "$config" ] || fail "no adapter_config.json in $dir: the path must be the adapter's folder" \
+  "(the one holding adapter_config.json and adapter_model.safetensors)"
+[ -r "$config" ] || fail "$config is not readable (permission denied); make it world-readable (chmod a+r):" \
+  "the inspection runs as a non-root user"
+[ -f "$dir/adapter_model.safetensors" ] || [ -f "$dir/adapter_model.bin" ] || fail "no adapter_model.safetensors" \
+  "(or adapter_model.bin) in $dir: the adapter's weights are not there (a partial copy?)"
+compact=$(tr -s ' \t\r\n' '    ' < "$config") || fail "cannot read $config"
+size=$(printf '%s' "$compact" | wc -c)
+[ "$size" -le 4000 ] || fail "$config takes $size bytes without its blank space, more than the 4096 bytes a" \
+  "termination message holds: remove what vLLM does not read from it (alpha_pattern, long rank_pattern maps)"
+printf '%s' "$compact" > "$log" 2>/dev/null
+printf '%s\n' "$compact"
+"""
+ADAPTER_LABEL = f"{GROUP}/lora-adapter"
+
+
+def adapter_key(source: PVCSource, claim_uid: str) -> str:
+    return hashlib.sha256(f"lora\0{source.uri}\0{claim_uid}".encode()).hexdigest()[:10]
+
+
+def adapter_job_name(owner: Owner, source: PVCSource, claim_uid: str) -> str:
+    suffix = f"-lora-inspect-{adapter_key(source, claim_uid)}"
+    return owner.name[:63 - len(suffix)].rstrip("-.") + suffix
+
+
+def adapter_job(owner: Owner, spec: LLMDeploymentSpec, adapter: str, source: PVCSource, claim_uid: str,
+                image: str) -> dict[str, Any]:
+    """The inspect Job of the pvc:// adapter named ``adapter``: the same Job as a model's (claim read-only at
+    :data:`MOUNT`, no token, UID 65534, the pods' nodes, TTL), running :data:`ADAPTER_SCRIPT` on its folder."""
+    return _job(owner, spec, source, claim_uid, image, name=adapter_job_name(owner, source, claim_uid),
+                command=["/bin/sh", "-c", ADAPTER_SCRIPT, "inspect-adapter"], args=[folder(source)],
+                extra_annotations={ADAPTER_LABEL: adapter})
+
+
+def _job(owner: Owner, spec: LLMDeploymentSpec, source: PVCSource, claim_uid: str, image: str, *, name: str,
+         command: list[str], args: list[str], extra_annotations: dict[str, str] | None = None) -> dict[str, Any]:
     container = {
-        "name": CONTAINER, "image": image, "command": ["llm-autopilot"],
-        "args": ["inspect-volume", folder(source)],
+        "name": CONTAINER, "image": image, "command": command,
+        "args": args,
         "volumeMounts": [{"name": VOLUME, "mountPath": MOUNT, "readOnly": True}],
         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
@@ -74,9 +127,10 @@ def job(owner: Owner, spec: LLMDeploymentSpec, source: PVCSource, claim_uid: str
     if spec.gpu.tolerations:
         pod["tolerations"] = [t.model_dump(by_alias=True, exclude_none=True) for t in spec.gpu.tolerations]
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": job_name(owner, source, claim_uid), "namespace": owner.namespace,
+            "metadata": {"name": name, "namespace": owner.namespace,
                          "labels": labels(owner),
-                         "annotations": {f"{GROUP}/source": source.uri, f"{GROUP}/claim-uid": claim_uid},
+                         "annotations": {f"{GROUP}/source": source.uri, f"{GROUP}/claim-uid": claim_uid,
+                                         **(extra_annotations or {})},
                          "ownerReferences": [{"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND,
                                               "name": owner.name, "uid": owner.uid, "controller": True,
                                               "blockOwnerDeletion": True}]},

@@ -20,7 +20,7 @@ from llm_autopilot.api.v1alpha1 import HUB_TOKEN_ENV, LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from llm_autopilot.planner.plan import Plan
-from llm_autopilot.render import cache, model_volume, rollout
+from llm_autopilot.render import cache, lora_volumes, model_volume, rollout
 from llm_autopilot.render.model_volume import downloads
 from llm_autopilot.render.vllm_args import VLLM_PORT
 from llm_autopilot.vllm.versions import RUNTIME_LORA_UPDATING_ENV
@@ -247,7 +247,7 @@ def container(inputs: WorkloadInputs, *, command: list[str], args: list[str], pr
         "resources": container_resources(inputs),
         "securityContext": _container_security_context(),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME_DIR},
-                         *model_volume.mounts(inputs.spec),
+                         *model_volume.mounts(inputs.spec), *lora_volumes.mounts(inputs.spec),
                          *([cache.pod_mount()] if inputs.cache_claim else [])],
         **probes,
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -267,7 +267,7 @@ def pod_spec(inputs: WorkloadInputs, vllm: dict[str, Any]) -> dict[str, Any]:
         "containers": [vllm],
         # NCCL and vLLM's workers exchange tensors through shared memory; the home holds the downloaded model
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _gib(max(2, 2 * gpus))}},
-                    {"name": "home", "emptyDir": {}}, *model_volume.volumes(spec),
+                    {"name": "home", "emptyDir": {}}, *model_volume.volumes(spec), *lora_volumes.volumes(spec),
                     *([cache.pod_volume(inputs.cache_claim)] if inputs.cache_claim else [])],
         "terminationGracePeriodSeconds": 60,
         # vLLM never calls the Kubernetes API: the model code it runs gets no ServiceAccount token

@@ -10,10 +10,11 @@ from llm_autopilot.api.serve_flags import OWNED_FLAGS, extra_arg_problem, owned_
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Plan
 from llm_autopilot.vllm.flags import flag_name, is_option, known_flags, normalise_flag
+from llm_autopilot.vllm.versions import VLLMVersion
 
 #: OWNED_FLAGS is the one table (api/serve_flags.py); re-exported for the callers of this module
-__all__ = ["OWNED_FLAGS", "ExtraArgRefused", "ServeOptions", "command_line", "conflicting_extra_args", "flags_in",
-           "lora_args", "render_vllm_args", "unknown_flags"]
+__all__ = ["OWNED_FLAGS", "ExtraArgRefused", "ServeOptions", "command_line", "conflicting_extra_args",
+           "cuda_graph_capture_args", "flags_in", "lora_args", "render_vllm_args", "unknown_flags"]
 
 VLLM_PORT = 8000
 
@@ -35,8 +36,9 @@ class ServeOptions:
     port: int = VLLM_PORT
     #: a local folder to load instead of the plan's Hub id (a pvc:// source or the model cache)
     model_path: str | None = None
-    #: the adapters in ``--lora-modules`` (False: the operator loads them at runtime, desired/lora_sync.py)
-    lora_modules: bool = True
+    #: ``--lora-modules`` as (name, path in the pod) pairs (render/lora_volumes.py); empty: none (the operator
+    #: loads them at runtime, desired/lora_sync.py); None: the plan's own (name, Hub id) pairs
+    lora_modules: tuple[tuple[str, str], ...] | None = None
 
     def __post_init__(self) -> None:
         problems = [f"extraArgs[{i}]: {p}" for i, a in enumerate(self.extra_args)
@@ -68,6 +70,8 @@ def render_vllm_args(plan: Plan, options: ServeOptions = ServeOptions()) -> list
         args += ["--kv-cache-dtype", "fp8"]
     if c.enforce_eager:
         args.append("--enforce-eager")
+    elif c.max_cudagraph_capture_size is not None:
+        args += cuda_graph_capture_args(c.max_cudagraph_capture_size, c.vllm.version)
     if c.cpu_offload_gib:
         args += ["--cpu-offload-gb", f"{c.cpu_offload_gib:g}"]
     args += lora_args(plan, modules=options.lora_modules)
@@ -76,10 +80,11 @@ def render_vllm_args(plan: Plan, options: ServeOptions = ServeOptions()) -> list
     return args
 
 
-def lora_args(plan: Plan, *, modules: bool = True) -> list[str]:
-    """``--enable-lora`` and its sizes, and ``--lora-modules name=path ...`` (one flag, nargs='+'; left out with
-    ``modules=False``: the adapters are loaded at runtime); only the flags the target version knows (all of them
-    since 0.10.2, the oldest release in the flag table)."""
+def lora_args(plan: Plan, *, modules: tuple[tuple[str, str], ...] | None = None) -> list[str]:
+    """``--enable-lora`` and its sizes, and ``--lora-modules name=path ...`` (one flag, nargs='+'; ``modules``:
+    the adapters and their paths in the pod, else the plan's; left out when empty: the adapters are loaded at
+    runtime); only the flags the target version knows (all of them since 0.10.2, the oldest release in the flag
+    table)."""
     lora = plan.config.lora
     if lora is None:
         return []
@@ -91,13 +96,29 @@ def lora_args(plan: Plan, *, modules: bool = True) -> list[str]:
     ]
     if lora.max_cpu_loras is not None:
         wanted.append(("--max-cpu-loras", [str(lora.max_cpu_loras)]))
-    if lora.modules and modules:
-        wanted.append(("--lora-modules", [f"{name}={path}" for name, path in lora.modules]))
+    served = lora.modules if modules is None else modules
+    if served:
+        wanted.append(("--lora-modules", [f"{name}={path}" for name, path in served]))
     missing = [flag for flag, _ in wanted if flag not in known]
     if missing:
         raise ValueError(f"vLLM {plan.config.vllm.version} has no {', '.join(missing)}: it cannot serve LoRA adapters "
                          "as planned; choose a newer vllm.version")
     return [part for flag, values in wanted for part in (flag, *values)]
+
+
+#: the flag that caps the CUDA-graph capture sizes, newest first: ``--max-cudagraph-capture-size`` from 0.11;
+#: before, ``--cuda-graph-sizes`` with one value N captures 1, 2, 4 and every 8 up to N
+_CUDA_GRAPH_CAPTURE_FLAGS = ("--max-cudagraph-capture-size", "--cuda-graph-sizes")
+
+
+def cuda_graph_capture_args(largest: int, version: VLLMVersion) -> list[str]:
+    """The largest batch captured in a CUDA graph, in the flag the release knows (the flag table decides)."""
+    known = known_flags(version)
+    flag = next((f for f in _CUDA_GRAPH_CAPTURE_FLAGS if f in known), None)
+    if flag is None:
+        raise ValueError(f"vLLM {version} has none of {', '.join(_CUDA_GRAPH_CAPTURE_FLAGS)}: it cannot cap the "
+                         "CUDA-graph capture sizes as planned; choose a newer vllm.version")
+    return [flag, str(largest)]
 
 
 def command_line(plan: Plan, options: ServeOptions = ServeOptions()) -> str:

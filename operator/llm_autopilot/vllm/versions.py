@@ -157,12 +157,18 @@ class VLLMBehaviour:
             return BatchDefaults(8192, 1024)
         return BatchDefaults(2048, 256)
 
-    def max_cuda_graph_capture_size(self, max_num_seqs: int, max_num_batched_tokens: int) -> int:
-        return min(2 * max_num_seqs, 512, max_num_batched_tokens)
+    def max_cuda_graph_capture_size(self, max_num_seqs: int, max_num_batched_tokens: int,
+                                    pinned: int | None = None) -> int:
+        """The largest batch (in tokens) captured in a CUDA graph: ``pinned`` when the command line sets it
+        (``--max-cudagraph-capture-size``, from 0.11; ``--cuda-graph-sizes`` with one value before), else twice
+        ``max_num_seqs`` up to 512; never above ``max_num_batched_tokens`` (``VllmConfig._set_cudagraph_sizes``,
+        config/vllm.py, 0.33.0; the 0.10 ``SchedulerConfig.cuda_graph_sizes`` docstring)."""
+        return min(pinned if pinned is not None else min(2 * max_num_seqs, 512), max_num_batched_tokens)
 
-    def cuda_graph_capture_sizes(self, max_num_seqs: int, max_num_batched_tokens: int) -> int:
+    def cuda_graph_capture_sizes(self, max_num_seqs: int, max_num_batched_tokens: int,
+                                 pinned: int | None = None) -> int:
         """How many batch sizes are captured: 1, 2, 4, then every 8 (every 16 from 256, since 0.11)."""
-        largest = self.max_cuda_graph_capture_size(max_num_seqs, max_num_batched_tokens)
+        largest = self.max_cuda_graph_capture_size(max_num_seqs, max_num_batched_tokens, pinned)
         small = [s for s in (1, 2, 4) if s <= largest]
         if self.version < VLLMVersion(0, 11, 0):
             return len(small) + largest // 8
