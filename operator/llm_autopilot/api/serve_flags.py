@@ -13,6 +13,7 @@ extraArgs come after the planned flags: an owned flag in extraArgs would run som
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from llm_autopilot.vllm.flags import named_options
 
@@ -32,6 +33,35 @@ _BATCHED = "set spec.vllm.maxNumBatchedTokens instead"
 
 def _owned(pointer: str, *flags: str) -> dict[str, str]:
     return dict.fromkeys(flags, pointer)
+
+
+@dataclass(frozen=True)
+class PassedFlag:
+    """A spec field the operator passes to ``vllm serve`` as given (the planner does not decide it). Declared once,
+    in :data:`PASSED_FLAGS`: ``api.v1alpha1.VLLMSettings.passed_args`` renders every row, and extraArgs naming
+    its flag are refused with the field to set instead (:data:`OWNED_FLAGS`)."""
+
+    #: the attribute on ``api.v1alpha1.VLLMSettings``
+    field: str
+    #: its name in the spec, under spec.vllm
+    alias: str
+    #: the flag as rendered first, then every other spelling vLLM 0.31-0.33 takes for it
+    flags: tuple[str, ...]
+
+    def args(self, value: object) -> list[str]:
+        """The arguments for the field's value: none when unset (vLLM's default), the bare flag for True."""
+        if value is None or value is False:
+            return []
+        if value is True:
+            return [self.flags[0]]
+        return [self.flags[0], str(value)]
+
+
+#: The spec fields passed to ``vllm serve`` as given, in the order they are rendered (after the planned flags,
+#: before extraArgs). A new one is this row plus its field on ``api.v1alpha1.VLLMSettings``.
+PASSED_FLAGS: tuple[PassedFlag, ...] = (
+    PassedFlag("reasoning_parser", "reasoningParser", ("--reasoning-parser",)),
+)
 
 
 #: Every ``vllm serve`` option the planner or the renderer sets, or that changes what the plan's memory arithmetic
@@ -77,6 +107,8 @@ OWNED_FLAGS: dict[str, str] = {
              "--enable-lora", "--no-enable-lora", "--disable-lora", "--max-loras", "--max-lora-rank", "--max-cpu-loras",
              "--lora-modules", "--lora-dtype", "--fully-sharded-loras", "--no-fully-sharded-loras",
              "--lora-target-modules", "--specialize-active-lora", "--no-specialize-active-lora"),
+    **{flag: f"set by the operator from the spec; set spec.vllm.{passed.alias} instead"
+       for passed in PASSED_FLAGS for flag in passed.flags},
     "--config": "a config file sets flags no admission check sees; put the flags in spec.vllm.extraArgs",
     "--port": "the Service and the health probes target port 8000 on the pod IP; it cannot be changed",
     "--host": "the Service and the health probes reach vLLM on the pod IP, so it listens on all addresses; "

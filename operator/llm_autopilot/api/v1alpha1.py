@@ -32,6 +32,7 @@ from llm_autopilot.api import kubernetes_rules as rules
 from llm_autopilot.api.serve_flags import (
     NO_VAR_REFERENCE,
     OWNED_ENV_PREFIXES,
+    PASSED_FLAGS,
     SECRET_ENV_NAME,
     env_name_problem,
     env_value_problem,
@@ -615,6 +616,15 @@ class VLLMSettings(APIModel):
     max_num_seqs: int | None = Field(None, ge=1, le=SEQUENCES_MAX, description="Pin vLLM's max_num_seqs.")
     max_num_batched_tokens: int | None = Field(
         None, ge=1, le=TOKENS_MAX, description="Pin vLLM's max_num_batched_tokens.")
+    reasoning_parser: str | None = Field(
+        None, pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=64,
+        description="vLLM's reasoning parser (--reasoning-parser), e.g. deepseek_r1 or qwen3: the model's reasoning "
+        "is returned apart from its answer. vLLM checks the name against the parsers of its release when it starts "
+        "(an unknown one fails the start, with vLLM's list of names in the pod's log).")
+
+    def passed_args(self) -> tuple[str, ...]:
+        """The fields passed to ``vllm serve`` as given (api/serve_flags.PASSED_FLAGS), in the table's order."""
+        return tuple(arg for passed in PASSED_FLAGS for arg in passed.args(getattr(self, passed.field)))
 
     @field_validator("env")
     @classmethod

@@ -189,14 +189,14 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     args = render_vllm_args(plan, ServeOptions(served_model_name=served_name,
                                                revision=None if local else spec.model.revision,
                                                extra_args=tuple(spec.vllm.extra_args), model_path=local,
-                                               lora_modules=modules))
+                                               lora_modules=modules, spec_args=spec.vllm.passed_args()))
     version = str(plan.config.vllm.version)
     host = host_memory(plan, spec.vllm.extra_args).total_gib
     fit = replicas_that_fit(plan.config, choice.pool) if choice.pool.nodes else None
     plan_status = convert.plan_status(plan, args, host_memory_gib=host, replicas_that_fit=fit)
     unknown = unknown_flags(args, version)
     if unknown:
-        plan_status.warnings.append(f"vLLM {version} does not accept {', '.join(unknown)} (from extraArgs)")
+        plan_status.warnings.append(f"vLLM {version} does not accept {', '.join(unknown)} (from spec.vllm)")
     products = choice.pool.products or tuple(plan.config.gpu.gfd_products)
     prometheus = (spec.autoscaling.prometheus_address or settings.prometheus_url) if spec.autoscaling else None
     inputs = WorkloadInputs(owner, spec, plan, tuple(args), spec.vllm.image or settings.default_image, products,

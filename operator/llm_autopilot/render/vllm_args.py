@@ -39,6 +39,8 @@ class ServeOptions:
     #: ``--lora-modules`` as (name, path in the pod) pairs (render/lora_volumes.py); empty: none (the operator
     #: loads them at runtime, desired/lora_sync.py); None: the plan's own (name, Hub id) pairs
     lora_modules: tuple[tuple[str, str], ...] | None = None
+    #: the spec's fields passed as given (``VLLMSettings.passed_args``), after the planned flags
+    spec_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems = [f"extraArgs[{i}]: {p}" for i, a in enumerate(self.extra_args)
@@ -75,6 +77,7 @@ def render_vllm_args(plan: Plan, options: ServeOptions = ServeOptions()) -> list
     if c.cpu_offload_gib:
         args += ["--cpu-offload-gb", f"{c.cpu_offload_gib:g}"]
     args += lora_args(plan, modules=options.lora_modules)
+    args += list(options.spec_args)
     args += ["--port", str(options.port)]
     args += list(options.extra_args)
     return args
