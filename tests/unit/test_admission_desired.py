@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 
 from llm_autopilot.api.lora import parse_adapter_config
-from llm_autopilot.controller import gather, handlers
+from llm_autopilot.controller import handlers, world_reads
 from llm_autopilot.controller.admission import NodeView, Verdict, review
 from llm_autopilot.controller.kube import NodeGPUs
 from llm_autopilot.desired.world import AdapterReading, GPUNode
@@ -97,7 +97,7 @@ def _review(case: Case) -> Verdict:
 def _reconciled(case: Case) -> dict[str, Any]:
     """The Planned condition the reconcile writes for the spec on a cluster of the same nodes."""
     run = Run(case.spec, cluster=FakeCluster(nodes=_nodes(case.nodes)))
-    with mock.patch.object(gather, "read_adapter_configs", lambda *a, **k: case.adapters):
+    with mock.patch.object(world_reads, "read_adapter_configs", lambda *a, **k: case.adapters):
         run.once()
     return run.condition("Planned")
 

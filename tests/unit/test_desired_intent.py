@@ -16,7 +16,7 @@ import pytest
 
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
-from llm_autopilot.controller import gather
+from llm_autopilot.controller import world_reads
 from llm_autopilot.controller.gather import read_world
 from llm_autopilot.controller.kube import NodeGPUs
 from llm_autopilot.controller.settings import OperatorSettings
@@ -52,7 +52,7 @@ def world_for(spec: dict[str, Any], *, nodes: int = 1, keda: bool = False) -> Wo
         cluster.objects[("CustomResourceDefinition", KEDA_CRD)] = {"metadata": {"name": KEDA_CRD}}
     # the LoRA adapters' configs are each test's to give (World.adapters): never read from huggingface.co, which this
     # machine cannot reach (~24 s of huggingface_hub's retries per adapter)
-    with mock.patch.object(gather, "read_adapter_configs", lambda *a, **k: AdapterReading()):
+    with mock.patch.object(world_reads, "read_adapter_configs", lambda *a, **k: AdapterReading()):
         world = read_world(LLMDeploymentSpec.model_validate(spec), NAME, NAMESPACE, cluster, SETTINGS)
     return dataclasses.replace(world, owner=OWNER, generation=3, operator=SETTINGS)
 

@@ -13,7 +13,7 @@ import pytest
 
 from llm_autopilot.api import convert
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
-from llm_autopilot.controller import gather, lora_runtime
+from llm_autopilot.controller import lora_runtime, world_reads
 from llm_autopilot.controller.lora_runtime import ReadyPod, VLLMAdapters, ready_pods, sync_pods
 from llm_autopilot.desired.lora_sync import (
     Action,
@@ -322,7 +322,7 @@ def test_ready_pods_from_a_pod_or_the_pod_watch_summary() -> None:
 def test_the_reconcile_writes_status_lora_from_the_pods(monkeypatch: pytest.MonkeyPatch) -> None:
     # no Hub here: the adapters' configs read as none to check, so they are accepted (without this, read_world
     # asks huggingface.co, which this machine cannot reach: ~24 s of huggingface_hub's retries per adapter)
-    monkeypatch.setattr(gather, "read_adapter_configs", lambda *a, **k: AdapterReading())
+    monkeypatch.setattr(world_reads, "read_adapter_configs", lambda *a, **k: AdapterReading())
     server = FakeVLLM()
     monkeypatch.setattr(lora_runtime, "VLLMAdapters",
                         lambda base: VLLMAdapters(base, transport=httpx.MockTransport(server)))

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from llm_autopilot.api.v1alpha1 import VerificationStatus
-from llm_autopilot.controller import gather
+from llm_autopilot.controller import world_reads
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import LogUnavailable
 from llm_autopilot.desired import burn_in
@@ -420,7 +420,7 @@ def test_autoscaled_replicas_each_show_their_reading_where_they_differ() -> None
 def test_a_lora_plan_is_verified_against_the_room_its_adapter_slots_leave(monkeypatch: pytest.MonkeyPatch) -> None:
     """A LoRA plan's pods are read as any plan's: the prediction is the KV room after the adapter slots, so a vLLM
     that reports what the slots leave is verified, and one with the room of the plan without slots is off."""
-    monkeypatch.setattr(gather, "read_adapter_configs", lambda *a, **k: AdapterReading())  # no Hub here
+    monkeypatch.setattr(world_reads, "read_adapter_configs", lambda *a, **k: AdapterReading())  # no Hub here
     base = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"}, "serving": {"maxModelLen": 8192}}
     plain = Run(base)
     plain.once()

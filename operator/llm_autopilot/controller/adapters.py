@@ -4,7 +4,7 @@ controller/inspect_step.py).
 
 Admission reads them with a short timeout and admits, with a warning, what it could not read (the reconciler
 reads again), and hands the configs it read to desired(), which refuses as it does for the reconcile; the
-reconciler reads them on every pass in read_world (gather.py; the Hub client's cache answers
+reconciler reads them on every pass in read_world (world_reads.py; the Hub client's cache answers
 an unchanged file with one HEAD request) and desired() stops, Planned=False, on an adapter it cannot read, as
 it does for the model.
 """

@@ -1,6 +1,6 @@
 """Admission: the reconcile's own decision, desired(), on the World a webhook can read within its time budget.
 
-The World is read as the reconcile reads it (controller/gather.py), narrowed to what answers in milliseconds: the
+The World is read as the reconcile reads it (controller/world_reads.py), narrowed to what answers in milliseconds: the
 model from the catalog or the inline architecture (never the Hub, a volume or a bucket: such a model is admitted
 with a warning and checked when the operator reconciles it), the GPU nodes from the node watch's index
 (:class:`NodeView`), the LoRA adapters' configs within their own budget (controller/adapters.py); no Prometheus,

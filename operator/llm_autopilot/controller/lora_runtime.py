@@ -17,12 +17,12 @@ from typing import Any, Protocol
 import httpx
 
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
-from llm_autopilot.controller.observed import INSTANCE_LABEL, pod_ready
+from llm_autopilot.controller.observed import pod_ready
 from llm_autopilot.desired import lora_sync
 from llm_autopilot.desired.lora_sync import Action, PodView, Served, Updates
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.remediation.text import clean_line
-from llm_autopilot.render.kubernetes import Owner
+from llm_autopilot.render.kubernetes import Owner, instance_selector
 from llm_autopilot.render.vllm_args import VLLM_PORT
 
 __all__ = ["Synced", "VLLMAdapters", "sync", "sync_pods"]
@@ -173,7 +173,7 @@ def sync(kube: PodLister, owner: Owner, spec: LLMDeploymentSpec, config: Serving
     updates = lora_sync.updates_for(spec, config.vllm.version, nodes=config.nodes)
     if updates is None:
         return Synced()
-    pods = ready_pods(kube.pods(owner.namespace, f"{INSTANCE_LABEL}={owner.name}"))
+    pods = ready_pods(kube.pods(owner.namespace, instance_selector(owner.name)))
     want = lora_sync.wanted(spec, tuple(waiting or ()))
     views, events = sync_pods(updates, want, pods, client=client)
     events = [e for e in events if not _repeated(e, previous)]

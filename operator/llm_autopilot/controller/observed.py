@@ -34,9 +34,8 @@ from llm_autopilot.controller.kube import GPU_RESOURCE, Kube, NodeGPUs
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.groups import LWS_CRD, RANK_LABELS
-from llm_autopilot.render.kubernetes import INPUT_HASH, OWNER_LABEL, PLAN_HASH, quantity_gib
+from llm_autopilot.render.kubernetes import INPUT_HASH, INSTANCE_LABEL, OWNER_LABEL, PLAN_HASH, quantity_gib
 
-INSTANCE_LABEL = "app.kubernetes.io/instance"
 #: the server-side label selectors of the watches (Kopf's settings.watching.label_selectors)
 NODE_SELECTOR = GFD_PRODUCT
 OWNED_SELECTOR = OWNER_LABEL

@@ -1,5 +1,5 @@
 """What vLLM's LoRA series says about a KV saturation: which adapters had requests in flight, and whether they
-outnumbered the GPU adapter slots. Pure: controller/gather.py asks :func:`lora_query` and hands the series'
+outnumbered the GPU adapter slots. Pure: controller/evidence.py asks :func:`lora_query` and hands the series'
 labels to :func:`read_activity`; :func:`with_lora` adds the explanation to the saturation's evidence.
 
 Read in the 0.32.0 and 0.33.0 wheels (``vllm/v1/metrics/stats.py``, ``LoRARequestStates.update_scheduler_stats``;

@@ -20,7 +20,7 @@ from typing import Any
 from llm_autopilot.api import GROUP, KIND, VERSION
 from llm_autopilot.api.sources import PVCSource
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
-from llm_autopilot.render.kubernetes import Owner
+from llm_autopilot.render.kubernetes import INSTANCE_LABEL, Owner
 
 MOUNT = "/model"
 VOLUME = "model"
@@ -48,7 +48,7 @@ def job_name(owner: Owner, source: PVCSource, claim_uid: str) -> str:
 
 def labels(owner: Owner) -> dict[str, str]:
     return {"app.kubernetes.io/managed-by": "llm-autopilot", "app.kubernetes.io/component": "source-inspection",
-            "app.kubernetes.io/instance": owner.name, INSPECT_LABEL: owner.name}
+            INSTANCE_LABEL: owner.name, INSPECT_LABEL: owner.name}
 
 
 def job(owner: Owner, spec: LLMDeploymentSpec, source: PVCSource, claim_uid: str, image: str) -> dict[str, Any]:

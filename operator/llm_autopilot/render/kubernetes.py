@@ -102,10 +102,19 @@ def content_hash(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
+#: the label every object of one LLMDeployment carries, with its name: its pods are found by it
+INSTANCE_LABEL = "app.kubernetes.io/instance"
+
+
+def instance_selector(name: str) -> str:
+    """The label selector of the pods (and Jobs) of the LLMDeployment ``name``."""
+    return f"{INSTANCE_LABEL}={name}"
+
+
 def labels(owner: Owner) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "vllm",
-        "app.kubernetes.io/instance": owner.name,
+        INSTANCE_LABEL: owner.name,
         "app.kubernetes.io/component": "inference-server",
         "app.kubernetes.io/part-of": "llm-autopilot",
         "app.kubernetes.io/managed-by": MANAGER,
@@ -114,7 +123,7 @@ def labels(owner: Owner) -> dict[str, str]:
 
 
 def selector(owner: Owner) -> dict[str, str]:
-    return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": owner.name}
+    return {"app.kubernetes.io/name": "vllm", INSTANCE_LABEL: owner.name}
 
 
 def _metadata(owner: Owner) -> dict[str, Any]:
