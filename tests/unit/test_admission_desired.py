@@ -15,7 +15,7 @@ import pytest
 
 from llm_autopilot.api.lora import parse_adapter_config
 from llm_autopilot.controller import handlers, world_reads
-from llm_autopilot.controller.admission import NodeView, Verdict, review
+from llm_autopilot.controller.admission import AdmissionVerdict, NodeView, review
 from llm_autopilot.controller.kube import NodeGPUs
 from llm_autopilot.desired.world import AdapterReading, GPUNode
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
@@ -88,7 +88,7 @@ def _nodes(count: int) -> list[NodeGPUs]:
     return [NodeGPUs(dict(L4), 1, 120.0) for _ in range(count)]
 
 
-def _review(case: Case) -> Verdict:
+def _review(case: Case) -> AdmissionVerdict:
     return review(case.spec, V, name="x", nodes=lambda: [GPUNode(n.labels, n.allocatable_gpus) for n in
                                                           _nodes(case.nodes)],
                   adapters=lambda _: (case.adapters, []))

@@ -70,10 +70,7 @@ def encode(report: InspectionReport | InspectionFailure) -> str:
 
 def parse_report(message: str) -> InspectionReport | InspectionFailure:
     """The report a termination message carries; raises ReportError (one line) for anything else."""
-    if not message.strip():
-        raise ReportError("the inspect Job's pod left no termination message")
-    if len(message.encode()) > MESSAGE_LIMIT:
-        raise ReportError(f"the termination message is longer than {MESSAGE_LIMIT} bytes")
+    _check_size(message)
     try:
         value = json.loads(message)
     except ValueError:
@@ -93,6 +90,14 @@ def parse_report(message: str) -> InspectionReport | InspectionFailure:
         raise ReportError(f"the inspection report is not valid: {problems}") from None
 
 
+def _check_size(message: str) -> None:
+    """Raises ReportError when the termination message is empty or over its limit."""
+    if not message.strip():
+        raise ReportError("the inspect Job's pod left no termination message")
+    if len(message.encode()) > MESSAGE_LIMIT:
+        raise ReportError(f"the termination message is longer than {MESSAGE_LIMIT} bytes")
+
+
 def _excerpt(text: str, limit: int = 120) -> str:
     line = " ".join(text.split())
     printable = "".join(c if c.isprintable() else "?" for c in line)
@@ -107,10 +112,7 @@ def parse_adapter_report(message: str) -> AdapterConfig | InspectionFailure:
     """What a pvc:// adapter's inspect Job handed back: its adapter_config.json (the rank and the base model, as
     api/lora.py reads them from any source), or the folder's problem ("error: ..."); raises ReportError (one
     line) for anything else. The message is the volume's content, so nothing else of it is kept."""
-    if not message.strip():
-        raise ReportError("the inspect Job's pod left no termination message")
-    if len(message.encode()) > MESSAGE_LIMIT:
-        raise ReportError(f"the termination message is longer than {MESSAGE_LIMIT} bytes")
+    _check_size(message)
     text = message.strip()
     if text.startswith(ADAPTER_ERROR):
         error = " ".join(text.removeprefix(ADAPTER_ERROR).split())

@@ -44,7 +44,9 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class Verdict:
+class AdmissionVerdict:
+    """The webhook's answer: allowed or refused (with why), and warnings either way."""
+
     allowed: bool
     message: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -71,13 +73,13 @@ READ_WHEN_RECONCILED = "ModelUnresolved"
 
 def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | None = None,
            namespace: str | None = None, nodes: NodeSource | None = None, adapters: AdapterSource | None = None,
-           prometheus_url: str | None = None, now: datetime | None = None) -> Verdict:
+           prometheus_url: str | None = None, now: datetime | None = None) -> AdmissionVerdict:
     """The webhook's answer for an LLMDeployment named ``name`` (the name is checked when given): desired() on the
     World below, for a new object. ``nodes``: the GPU nodes (none: planned on the named GPU's catalog figures, as
     8-GPU nodes); ``adapters``: the LoRA adapters' configs; ``default_vllm_version`` and ``prometheus_url``: the
     operator's settings desired() reads for the verdict."""
     if name is not None and (problem := object_name_problem(name)) is not None:
-        return Verdict(False, f"metadata.name: {problem}")
+        return AdmissionVerdict(False, f"metadata.name: {problem}")
     owner, settings = Owner(name or "", namespace or "", ""), _settings(default_vllm_version, prometheus_url)
     at = now or datetime.now(UTC)
     try:
@@ -86,7 +88,7 @@ def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | 
         unread = World(Unresolved("InvalidSpec", ""), owner=owner, operator=settings)
         return _verdict(None, desired(spec_body, {}, unread, at), [])
     if (refused := _unknown_flags(spec, default_vllm_version)) is not None:
-        return Verdict(False, refused)
+        return AdmissionVerdict(False, refused)
     reading, warnings = adapters(spec) if adapters is not None and spec.lora is not None else (AdapterReading(), [])
     if spec.gpu.memory_gib is not None and not spec.gpu.node_selector:
         warnings.append("spec.gpu.memoryGiB names no GPU product, so the pods may land on any node with "
@@ -97,17 +99,17 @@ def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | 
     return _verdict(spec, desired(spec_body, {}, world, at), warnings)
 
 
-def _verdict(spec: LLMDeploymentSpec | None, intent: Intent, warnings: list[str]) -> Verdict:
+def _verdict(spec: LLMDeploymentSpec | None, intent: Intent, warnings: list[str]) -> AdmissionVerdict:
     """The first round of desired() as the webhook's answer (see the module's docstring)."""
     planned = get_condition(intent.conditions, PLANNED)
     if intent.asks is None and planned is not None and planned.get("status") == "False":
         reason, message = str(planned.get("reason")), str(planned.get("message"))
         if refuses(spec, reason):
-            return Verdict(False, message)
+            return AdmissionVerdict(False, message)
         warnings = [*warnings, message]  # a cause of the cluster: the plan, if one was chosen, still speaks
     if intent.plan is not None and spec is not None:
         warnings = [*warnings, *intent.plan.warnings, *_plan_notes(spec, intent.plan)]
-    return Verdict(True, warnings=warnings)
+    return AdmissionVerdict(True, warnings=warnings)
 
 
 def refuses(spec: LLMDeploymentSpec | None, reason: str) -> bool:

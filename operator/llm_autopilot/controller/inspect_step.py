@@ -118,6 +118,22 @@ def _finished(job: dict[str, Any]) -> str | None:
     return None
 
 
+def _newest_pod(kube: InspectCluster, namespace: str, job: str) -> dict[str, Any] | None:
+    """The Job's newest pod (None: it has none yet)."""
+    pods = sorted(kube.job_pods(namespace, job),
+                  key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+    return pods[-1] if pods else None
+
+
+def _again(job: str, namespace: str) -> str:
+    return (f"it is inspected again {inspect.TTL_SECONDS} s after Job {job} finished (at once after "
+            f"`kubectl delete job {job} -n {namespace}`)")
+
+
+def _report_problem(job: str, finished: str, exc: ReportError) -> str:
+    return f"Job {job} {finished}: {exc}" if finished != "Complete" else f"Job {job}: {exc}"
+
+
 def _clip(text: str, limit: int = 600) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
@@ -144,22 +160,19 @@ def observe(kube: InspectCluster, owner: Owner, spec: LLMDeploymentSpec, source:
         return Inspection(base, objects=[with_hash(inspect.job(owner, spec, source, claim_uid, image))],
                           failure=(INSPECTING, f"reading config.json from {where} with Job {name}; nothing is "
                                                "deployed before it is read"), retry_delay=POLL_SECONDS)
-    pods = sorted(kube.job_pods(namespace, name),
-                  key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
-    newest = pods[-1] if pods else None
+    newest = _newest_pod(kube, namespace, name)
     finished = _finished(live)
     if finished is None:
         waiting = _waiting(newest)
         return Inspection(base, failure=(INSPECTING, f"reading config.json from {where} with Job {name}"
                                                      + (f"; its pod: {_clip(waiting, 300)}" if waiting else "")),
                           retry_delay=POLL_SECONDS)
-    again = (f"it is inspected again {inspect.TTL_SECONDS} s after Job {name} finished (at once after "
-             f"`kubectl delete job {name} -n {namespace}`)")
+    again = _again(name, namespace)
     message = _termination_message(newest) if newest is not None else ""
     try:
         report = parse_report(message)
     except ReportError as exc:
-        problem = f"Job {name} {finished}: {exc}" if finished != "Complete" else f"Job {name}: {exc}"
+        problem = _report_problem(name, finished, exc)
         return _failed(base, f"cannot read {where}: {_clip(problem)}; {again}")
     if isinstance(report, InspectionFailure):
         return _failed(base, f"{where}: {_clip(report.error)}; fix the volume or spec.model.source: {again}")
@@ -267,22 +280,19 @@ def _observe_adapter(kube: InspectCluster, owner: Owner, spec: LLMDeploymentSpec
         return _AdapterFound(base, objects=(job,), failure=(INSPECTING, (
             f"{field_}: reading adapter_config.json from {where} with Job {job_name}; nothing is deployed before "
             "it is read")))
-    pods = sorted(kube.job_pods(namespace, job_name),
-                  key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
-    newest = pods[-1] if pods else None
+    newest = _newest_pod(kube, namespace, job_name)
     finished = _finished(live)
     if finished is None:
         waiting = _waiting(newest)
         return _AdapterFound(base, failure=(INSPECTING, f"{field_}: reading adapter_config.json from {where} with "
                                             f"Job {job_name}" + (f"; its pod: {_clip(waiting, 300)}" if waiting
                                                                  else "")))
-    again = (f"it is inspected again {inspect.TTL_SECONDS} s after Job {job_name} finished (at once after "
-             f"`kubectl delete job {job_name} -n {namespace}`)")
+    again = _again(job_name, namespace)
     message = _termination_message(newest) if newest is not None else ""
     try:
         report = parse_adapter_report(message)
     except ReportError as exc:
-        problem = f"Job {job_name} {finished}: {exc}" if finished != "Complete" else f"Job {job_name}: {exc}"
+        problem = _report_problem(job_name, finished, exc)
         return _adapter_failed(base, f"{field_}: cannot read {where}: {_clip(problem)}; {again}")
     if isinstance(report, InspectionFailure):
         return _adapter_failed(base, f"{field_}: {where}: {_clip(report.error)}; fix the volume or the adapter's "

@@ -16,9 +16,8 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 from llm_autopilot.api import GROUP, PLURAL, VERSION
-from llm_autopilot.render.kubernetes import INPUT_HASH, MANAGER, quantity_gib
+from llm_autopilot.render.kubernetes import GPU_RESOURCE, INPUT_HASH, MANAGER, quantity_gib
 
-GPU_RESOURCE = "nvidia.com/gpu"
 #: (connect, read) seconds for a previous-log read: a kubelet that is gone must not hold a handler thread
 LOG_TIMEOUT = (3.0, 10.0)
 _MESSAGE_LIMIT = 500

@@ -21,6 +21,7 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from llm_autopilot.controller import telemetry
+from llm_autopilot.domain.timestamps import timestamp
 from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.remediation.saturation import (  # the last two re-exported for the reaction-time benchmark
     KV_SATURATION,
@@ -135,7 +136,7 @@ class SaturationSource(Protocol):
 
 
 def _now_stamp() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamp(datetime.now(UTC))
 
 
 def query_saturation(metrics: MetricsSource, rule: SaturationRule, selector: str, *, window: int,

@@ -30,11 +30,18 @@ from llm_autopilot.controller.informers import (
     rest_source,
     watch_scope,
 )
-from llm_autopilot.controller.kube import GPU_RESOURCE, Kube, NodeGPUs
+from llm_autopilot.controller.kube import Kube, NodeGPUs
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.groups import LWS_CRD, RANK_LABELS
-from llm_autopilot.render.kubernetes import INPUT_HASH, INSTANCE_LABEL, OWNER_LABEL, PLAN_HASH, quantity_gib
+from llm_autopilot.render.kubernetes import (
+    GPU_RESOURCE,
+    INPUT_HASH,
+    INSTANCE_LABEL,
+    OWNER_LABEL,
+    PLAN_HASH,
+    quantity_gib,
+)
 
 #: the server-side label selectors of the watches (Kopf's settings.watching.label_selectors)
 NODE_SELECTOR = GFD_PRODUCT

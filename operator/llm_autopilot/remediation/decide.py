@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
+from llm_autopilot.api.conditions import DEGRADED
 from llm_autopilot.api.v1alpha1 import RemediationEvent, RemediationPolicy
 from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.remediation.evidence import Crash
@@ -22,7 +23,6 @@ from llm_autopilot.remediation.guards import decide as guard
 from llm_autopilot.remediation.ladder import Overrides, Running, candidates
 from llm_autopilot.remediation.state import RemediationState
 
-DEGRADED = "Degraded"
 METRICS_AVAILABLE = "MetricsAvailable"
 _EXCERPT = 500
 
