@@ -261,13 +261,21 @@ def helm_page() -> str:
              "Every value of the chart `charts/llm-autopilot`, from its `values.schema.json` (which makes "
              "`helm install` refuse a bad value with its path) with the default from `values.yaml`. How to install: "
              "[Install, configure, upgrade](../users/install.md).", "",
-             "| value | type | default | description |", "|---|---|---|---|"]
+             "Values at the top level first, then one table per section (`rbac`, `webhook`, ...), each value by its "
+             "name in that section."]
+    # one table per object, its values by short name: full paths in one column pushed the descriptions off the page
+    tables: dict[str, list[str]] = {}
     for path, prop, value in _values(schema, defaults, ""):
+        parent, _, name = path.rpartition(".")
         kind = _cell(prop.get("type", "enum" if "enum" in prop else "any"))
         shown = "" if prop.get("properties") else _code(value) if value not in (None, {}, []) else ""
         bounds = _bounds(prop)
         description = _cell(comments.get(path) or prop.get("description", "")) + (f"<br>*{bounds}*" if bounds else "")
-        lines.append(f"| `{path}` | {kind} | {shown} | {description} |")
+        label = f"[`{name}`](#{_anchor(path)})" if prop.get("properties") else f"`{name}`"
+        tables.setdefault(parent, []).append(f"| {label} | {kind} | {shown} | {description} |")
+    for parent, rows in tables.items():
+        lines += ["", f"## `{parent}`" if parent else "## Top level", "",
+                  "| value | type | default | description |", "|---|---|---|---|", *rows]
     return "\n".join(lines) + "\n"
 
 
