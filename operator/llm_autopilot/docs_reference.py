@@ -202,7 +202,7 @@ def cli_page() -> str:
             lines += ["| option | type | default | description |", "|---|---|---|---|"]
             for option in options:
                 names = ", ".join(f"`{n}`" for n in option.opts + option.secondary_opts)
-                kind = "flag" if option.is_flag else _cell(option.type.get_metavar(option, ctx) or option.type.name)
+                kind = "flag" if option.is_flag else _option_type(option, ctx)
                 default = option.default if option.show_default and not option.is_flag else None
                 unset = default in (None, ()) or callable(default) or type(default).__name__ == "Sentinel"
                 shown = "" if unset else f"`{_cell(default)}`"
@@ -210,6 +210,17 @@ def cli_page() -> str:
                 lines.append(f"| {names} | {kind}{extra} | {shown} | {_cell(option.help or '')} |")
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _option_type(option: click.Option, ctx: click.Context) -> str:
+    """An option's type as a reader needs it: a range's bounds, a choice's words."""
+    kind = option.type
+    if isinstance(kind, click.IntRange | click.FloatRange):
+        word = "integer" if isinstance(kind, click.IntRange) else "float"
+        signs = {"<=": "≤", ">=": "≥", "<": "<", ">": ">"}
+        return _cell(f"{word}, " + re.sub(r"<=|>=|<|>", lambda found: f" {signs[found.group()]} ",
+                                           kind._describe_range()))
+    return _cell(kind.get_metavar(option, ctx) or kind.name)
 
 
 def _anchor(title: str) -> str:
