@@ -50,11 +50,22 @@ crds: install ## Regenerate the CRD (and the chart's copy) from the pydantic mod
 	$(BIN)/python -m llm_autopilot.api.crd > $(CRD)
 	cp $(CRD) $(CHART_CRD)
 
-verify: install ## Fail when generated files (the CRD, the chart's copy) differ from what the models generate
+verify: install ## Fail when generated files (the CRD, the chart's copy, docs/reference/) differ from what the code generates
 	@for f in $(CRD) $(CHART_CRD); do \
 		$(BIN)/python -m llm_autopilot.api.crd | diff -u $$f - >/dev/null || \
 			{ echo "$$f is stale: run 'make crds' and commit it" >&2; exit 1; }; \
-	done; echo "generated files are up to date"
+	done
+	@$(BIN)/python -m llm_autopilot.docs_reference check docs/reference
+	@echo "generated files are up to date"
+
+reference: install ## Regenerate docs/reference/ (API, CLI, Helm values, metrics and alerts) from where each is defined
+	$(BIN)/python -m llm_autopilot.docs_reference write docs/reference
+
+docs: install ## Build the docs site strictly into build/site (a broken link or anchor fails)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+docs-serve: install ## Serve the docs site on http://127.0.0.1:8000, rebuilt on every change
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 bench: install ## Planner latency (every catalog model x GPU) and remediation reaction time (local cluster)
 	$(BIN)/python -m tests.bench.bench_planner
@@ -101,5 +112,5 @@ vllm-flags: install ## Regenerate vllm/data/flags.json from each release's wheel
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install plan dev demo down cluster test test-unit lint crds verify bench bench-planner bench-admission bench-reaction bench-scale bench-cache bench-calibration golden \
+.PHONY: help install plan dev demo down cluster test test-unit lint crds verify reference docs docs-serve bench bench-planner bench-admission bench-reaction bench-scale bench-cache bench-calibration golden \
 	golden-vllm traces-vllm test-vllm vllm-flags clean
