@@ -27,7 +27,12 @@ from llm_autopilot.controller.certs import self_signed
 from llm_autopilot.controller.observed import NODE_SELECTOR, node_entry
 from llm_autopilot.controller.reconcile import Outcome
 from llm_autopilot.controller.runtime import Operator
-from llm_autopilot.controller.settings import OperatorSettings, resync_seconds_from_env, webhook_enabled_from_env
+from llm_autopilot.controller.settings import (
+    OperatorSettings,
+    SettingsError,
+    resync_seconds_from_env,
+    webhook_enabled_from_env,
+)
 
 logger = logging.getLogger(__name__)
 #: Kopf takes these two when the handlers register (at import), before any startup handler runs; every other
@@ -56,7 +61,10 @@ def configure(settings: kopf.OperatorSettings, logger: logging.Logger | logging.
     """Kopf's settings, then the Operator, on the settings `llm-autopilot operator` put in the memo (its command
     line applied), else the environment's."""
     given = memo.get("settings")
-    ours = given if isinstance(given, OperatorSettings) else OperatorSettings.from_env()
+    try:
+        ours = given if isinstance(given, OperatorSettings) else OperatorSettings.from_env()
+    except SettingsError as exc:  # as at import before: the operator stops, not retries
+        raise kopf.PermanentError(str(exc)) from exc
     # Our own annotation prefix; the finalizer name lets Kopf recognise, and remove, the finalizer that earlier
     # versions put on every LLMDeployment (no handler needs one now: see RESYNC below).
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
