@@ -12,11 +12,13 @@ from typing import Any
 import kopf
 import pytest
 import urllib3
+from click.testing import CliRunner
 from kopf._core.actions import invocation
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
 from llm_autopilot.api import PLURAL
+from llm_autopilot.cli.main import cli
 from llm_autopilot.controller import handlers
 from llm_autopilot.controller.burn_in_load import BurnInRunner
 from llm_autopilot.controller.gather import Gatherer
@@ -246,3 +248,30 @@ def test_attempt_ends_an_outage_only_on_a_full_pass_that_may_end_it(caplog: pyte
     said = [r.getMessage() for r in caplog.records if "API server" in r.getMessage()]
     assert len(said) == 2 and "unreachable" in said[0] and said[1].startswith(
         "the Kubernetes API server is reachable again")
+
+
+def test_the_operator_is_built_at_startup_on_the_environments_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings are read when Kopf starts the operator, not when the handlers are imported; a malformed one
+    stops it (Kopf does not retry the startup)."""
+    monkeypatch.setattr(Operator, "connect", classmethod(
+        lambda cls, ours, peering=False: cls(ours, _NoGPUNodes(), peering=peering)))  # type: ignore[arg-type]
+    monkeypatch.setattr(Operator, "start", lambda self: None)
+    monkeypatch.setenv("LLM_AUTOPILOT_NAMESPACES", "team-a")
+    memo = kopf.Memo()
+    handlers.configure(settings=kopf.OperatorSettings(), logger=handlers.logger, memo=memo)
+    assert handlers.running(memo).settings.namespaces == ("team-a",)
+    monkeypatch.setenv("LLM_AUTOPILOT_FULL_CHECK_SECONDS", "soon")
+    with pytest.raises(kopf.PermanentError, match="LLM_AUTOPILOT_FULL_CHECK_SECONDS"):
+        handlers.configure(settings=kopf.OperatorSettings(), logger=handlers.logger, memo=kopf.Memo())
+    with pytest.raises(RuntimeError, match="no Operator"):
+        handlers.running(kopf.Memo())
+
+
+def test_the_operator_command_hands_its_settings_to_kopfs_startup(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: dict[str, Any] = {}
+    monkeypatch.setattr(kopf, "run", lambda **kwargs: ran.update(kwargs))
+    monkeypatch.setattr(logging, "basicConfig", lambda **_: None)
+    result = CliRunner().invoke(cli, ["operator", "-n", "team-b", "--peering-lifetime", "20"])
+    assert result.exit_code == 0, result.output
+    ours = ran["memo"]["settings"]
+    assert (ours.namespaces, ours.peering_lifetime_seconds, ran["namespaces"]) == (("team-b",), 20, ["team-b"])
