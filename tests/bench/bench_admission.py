@@ -1,4 +1,4 @@
-"""The admission review's own cost, in process: handlers._review (the webhook's whole answer but the HTTP) on a
+"""The admission review's own cost, in process: Operator.review (the webhook's whole answer but the HTTP) on a
 catalog model, with the GPU nodes from a node index of 20 nodes as Kopf hands it over.
 
 Prints p50/p99 in ms (the goal it serves: the webhook's p99 under 200 ms during a mass create of 1,000 objects,
@@ -13,12 +13,14 @@ import asyncio
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
 from llm_autopilot.controller import handlers
-from llm_autopilot.controller.kube import NodeGPUs
+from llm_autopilot.controller.kube import Kube, NodeGPUs
+from llm_autopilot.controller.runtime import Operator
+from llm_autopilot.controller.settings import OperatorSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "qwen3-8b-l4.yaml"
 L4 = {"nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.memory": "23034",
@@ -28,7 +30,7 @@ USER = {"username": "alice", "groups": ["system:authenticated"]}
 
 
 class Cluster:
-    """What the node view's one LIST reads (kube().gpu_nodes()): the same nodes as the index."""
+    """What the node view's one LIST reads (kube.gpu_nodes()): the same nodes as the index."""
 
     def gpu_nodes(self) -> list[NodeGPUs]:
         return [NodeGPUs(dict(L4), 1, 120.0) for _ in range(NODES)]
@@ -47,18 +49,19 @@ def percentile(values: list[float], q: float) -> float:
 def main() -> None:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 500
     spec = yaml.safe_load(EXAMPLE.read_text())["spec"]
-    handlers._state["kube"] = Cluster()  # never reached once the index holds the LIST's nodes
+    operator = Operator(OperatorSettings.from_env(), cast(Kube, Cluster()))  # never reached once the index
+    # holds the LIST's nodes
     index = {None: [asyncio.run(handlers.gpu_nodes(body=node(f"n{i}")))[None] for i in range(NODES)]}
     for i in range(20):  # warm-up: imports, the node view's LIST
-        warnings, refusal, _ = handlers._review(spec, f"warm{i}", USER, "ns", index)
+        warnings, refusal, _ = operator.review(spec, f"warm{i}", USER, "ns", index)
         assert refusal is None, refusal
     took = []
     for i in range(count):
         started = time.perf_counter()
-        handlers._review(spec, f"q{i}", USER, "ns", index)
+        operator.review(spec, f"q{i}", USER, "ns", index)
         took.append((time.perf_counter() - started) * 1000)
-    lists = getattr(handlers._state.get("node_view"), "lists", "n/a")
-    print(f"_review on {EXAMPLE.name} with a {NODES}-node index, {count} reviews: "
+    lists = operator.node_view.lists
+    print(f"Operator.review on {EXAMPLE.name} with a {NODES}-node index, {count} reviews: "
           f"p50 {percentile(took, 0.5):.2f} ms, p99 {percentile(took, 0.99):.2f} ms, max {max(took):.2f} ms; "
           f"node LISTs: {lists}; warnings: {warnings}")
 

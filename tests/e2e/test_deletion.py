@@ -175,7 +175,7 @@ def test_delete_during_a_resync_is_not_held_by_it(kubectl: Kubectl, namespace: s
                         LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS="60")
     try:
         kubectl("apply", "-n", namespace, "-f", "-", input=manifest("slow", model=model))
-        # the operator runs one reconcile of an object at a time (controller/handlers.py::object_lock): a second
+        # the operator runs one reconcile of an object at a time (controller/runtime.py::ObjectLocks): a second
         # request in flight after the first has ended is the reconcile that waited for it (a resync, or the
         # create handler's retry), on the Hub when the delete comes
         wait_for("a second reconcile in flight",

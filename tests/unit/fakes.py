@@ -19,6 +19,7 @@ from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import ApplyRejected, LogUnavailable, NodeGPUs
 from llm_autopilot.controller.metrics import MetricsUnavailable, QueryRejected
 from llm_autopilot.controller.reconcile import Outcome, reconcile
+from llm_autopilot.controller.runtime import Operator
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
 
@@ -288,3 +289,9 @@ class Run:
 
     def reasons(self) -> list[str]:
         return [reason for _, reason, _ in (self.last.events if self.last else [])]
+
+
+def operator_on(cluster: Any, settings: OperatorSettings | None = None) -> Operator:
+    """The Operator Kopf's startup builds, on an in-memory cluster and the environment's settings, without its
+    watches (each reconcile reads the cluster). Handed to a handler in its memo: ``kopf.Memo(operator=...)``."""
+    return Operator(settings or OperatorSettings.from_env(), cluster)

@@ -14,12 +14,12 @@ from unittest import mock
 import pytest
 
 from llm_autopilot.api.lora import parse_adapter_config
-from llm_autopilot.controller import handlers, world_reads
+from llm_autopilot.controller import handlers, runtime, world_reads
 from llm_autopilot.controller.admission import AdmissionVerdict, NodeView, review
 from llm_autopilot.controller.kube import NodeGPUs
 from llm_autopilot.desired.world import AdapterReading, GPUNode
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
-from tests.unit.fakes import L4, FakeCluster, Run
+from tests.unit.fakes import L4, FakeCluster, Run, operator_on
 
 V = str(DEFAULT_VLLM_VERSION)
 PROM = "http://prometheus.test:9090"
@@ -217,7 +217,7 @@ def test_the_node_index_is_read_once_it_holds_what_a_list_showed(case: Filling) 
     assert (planned, view.lists, view.filled) == (case.planned, case.lists, case.filled)
 
 
-def test_a_mass_create_lists_the_nodes_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_mass_create_lists_the_nodes_once() -> None:
     """1,000 reviews through the webhook's own path: the node index as Kopf hands it over, filling; one LIST."""
     cluster = FakeCluster(nodes=_nodes(4))
     lists: list[int] = []
@@ -226,43 +226,47 @@ def test_a_mass_create_lists_the_nodes_once(monkeypatch: pytest.MonkeyPatch) -> 
         lists.append(1)
         return [GPUNode(n.labels, n.allocatable_gpus) for n in cluster.gpu_nodes()]
 
-    monkeypatch.setitem(handlers._state, "node_view", NodeView(list_nodes, seconds=3600.0))
+    operator = operator_on(cluster)
+    operator.node_view = NodeView(list_nodes, seconds=3600.0)
     summaries = [asyncio.run(handlers.gpu_nodes(body=_node(f"n{i}")))[None] for i in range(4)]
     spec = {**QWEN, "autoscaling": {"maxReplicas": 3, "prometheusAddress": PROM}}
     user = {"username": "alice", "groups": []}
     verdicts = []
     for i in range(1000):
         index = {None: summaries[:min(4, 1 + i // 100)]}  # the watch's listing arrives while reviews come in
-        _, refusal, _ = handlers._review(spec, f"q{i}", user, "ns", index)
+        _, refusal, _ = operator.review(spec, f"q{i}", user, "ns", index)
         verdicts.append(refusal)
     # 3 replicas fit on the 4 nodes: never refused on the 1, 2 or 3 the index held while it filled
-    assert verdicts == [None] * 1000 and len(lists) == 1 and handlers.node_view().filled
+    assert verdicts == [None] * 1000 and len(lists) == 1 and operator.node_view.filled
 
 
 def test_concurrent_first_reviews_share_one_node_view(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The webhook's threads start a mass create together: the reviews that find no view yet must all end with
-    the one view the process keeps (else each keeps its own, and makes its own LIST)."""
-    monkeypatch.delitem(handlers._state, "node_view", raising=False)
+    """The webhook's threads start a mass create together: the first reviews must all plan on the one view the
+    process keeps (else each keeps its own, and makes its own LIST). The Operator makes it once, when Kopf's
+    startup builds it, before any review."""
     made: list[NodeView] = []
-    second_made = threading.Event()
 
-    class SlowToMake(NodeView):
+    class Counted(NodeView):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             made.append(self)
-            if len(made) == 1:  # the first review is held here until a second one made a view too
-                second_made.wait(timeout=5.0)
-            else:
-                second_made.set()
 
-    monkeypatch.setattr(handlers, "NodeView", SlowToMake)
-    views: list[NodeView] = []
-    threads = [threading.Thread(target=lambda: views.append(handlers.node_view())) for _ in range(2)]
+    monkeypatch.setattr(runtime, "NodeView", Counted)
+    operator = operator_on(FakeCluster(nodes=_nodes(4)))
+    together = threading.Barrier(2)
+    seen: list[tuple[tuple[GPUNode, ...], NodeView]] = []
+
+    def first_review() -> None:
+        together.wait(timeout=10.0)
+        seen.append((operator.review_nodes({None: []}), operator.node_view))  # the index still empty
+
+    threads = [threading.Thread(target=first_review) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=10.0)
-    assert len(views) == 2 and views[0] is views[1] is handlers.node_view(), (views, made)
+    assert len(seen) == 2 and seen[0][1] is seen[1][1] is operator.node_view is made[0] and len(made) == 1, made
+    assert seen[0][0] == seen[1][0] and len(seen[0][0]) == 4 and made[0].lists == 1
 
 
 def _node(name: str) -> dict[str, Any]:

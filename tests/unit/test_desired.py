@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
-
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.controller import handlers
 from llm_autopilot.controller.admission import review
@@ -21,7 +19,7 @@ from llm_autopilot.render import groups
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.workload import Live
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
-from tests.unit.fakes import L4, NAME, NAMESPACE, FakeCluster, Run
+from tests.unit.fakes import L4, NAME, NAMESPACE, FakeCluster, Run, operator_on
 
 QWEN_L4 = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"}, "serving": {"maxModelLen": 8192}}
 
@@ -62,8 +60,7 @@ def test_one_gather_step_reads_the_world_before_anything_is_decided() -> None:
     assert live.live_for(multi_node=True).deployment and not live.live_for(multi_node=False).deployment
 
 
-def test_admission_and_the_reconcile_refuse_too_many_replicas_with_one_message(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_admission_and_the_reconcile_refuse_too_many_replicas_with_one_message() -> None:
     nodes = [NodeGPUs(dict(L4), 1, 180.0) for _ in range(4)]
     cluster = FakeCluster(nodes=nodes)
     cluster.objects[("CustomResourceDefinition", KEDA_CRD)] = {"metadata": {"name": KEDA_CRD}}
@@ -77,13 +74,12 @@ def test_admission_and_the_reconcile_refuse_too_many_replicas_with_one_message(
     assert not verdict.allowed and verdict.message == planned["message"]
     # the webhook reads the nodes from the node index; while it holds fewer than one LIST showed (Kopf still
     # listing them), that LIST's (test_admission_desired.py tables when)
-    monkeypatch.setitem(handlers._state, "kube", cluster)
-    monkeypatch.setitem(handlers._state, "node_view", handlers.NodeView(handlers.listed_gpu_nodes))
+    operator = operator_on(cluster)
     summaries = [asyncio.run(handlers.gpu_nodes(body=_node(f"n{i}")))[None] for i in range(4)]
-    assert handlers.review_nodes({None: summaries[:2]}) == tuple(GPUNode(L4, 1, 180.0) for _ in range(4))
-    assert not handlers.node_view().filled
-    assert handlers.review_nodes({None: summaries}) == tuple(GPUNode(L4, 1, 180.0) for _ in range(4))
-    assert handlers.node_view().filled and handlers.node_view().lists == 1
+    assert operator.review_nodes({None: summaries[:2]}) == tuple(GPUNode(L4, 1, 180.0) for _ in range(4))
+    assert not operator.node_view.filled
+    assert operator.review_nodes({None: summaries}) == tuple(GPUNode(L4, 1, 180.0) for _ in range(4))
+    assert operator.node_view.filled and operator.node_view.lists == 1
 
 
 def _node(name: str) -> dict[str, Any]:

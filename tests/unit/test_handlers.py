@@ -12,17 +12,20 @@ from typing import Any
 import kopf
 import pytest
 import urllib3
+from click.testing import CliRunner
 from kopf._core.actions import invocation
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
 from llm_autopilot.api import PLURAL
+from llm_autopilot.cli.main import cli
 from llm_autopilot.controller import handlers
 from llm_autopilot.controller.burn_in_load import BurnInRunner
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.reconcile import Outcome
+from llm_autopilot.controller.runtime import Operator, Outage, api_unreachable, attempt
 from llm_autopilot.domain.burn_in import BurnInLoad, BurnInMeasurement
-from tests.unit.fakes import NAME, NAMESPACE, FakeCluster
+from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, operator_on
 
 
 def _ours() -> list[Any]:
@@ -40,22 +43,21 @@ def test_no_handler_holds_the_deletion_of_an_llmdeployment() -> None:
     assert [h.id for h in ours if h.requires_finalizer] == []
 
 
-def test_the_resync_timer_stops_once_its_object_is_deleted() -> None:
+def test_the_resync_timer_stops_once_its_object_is_deleted(operator: Operator) -> None:
     timer = next(h for h in _ours() if h.id == handlers.RESYNC)
     assert timer.when is not None
-    memo = kopf.Memo()
+    memo = kopf.Memo(operator=operator)
     assert timer.when(memo=memo)
     body = kopf.Body({"metadata": {"name": "x", "namespace": "ns", "uid": "u1"}})  # type: ignore[typeddict-unknown-key]
     asyncio.run(handlers.llmdeployment_event(type="MODIFIED", body=body, memo=memo, uid="u1"))
-    assert timer.when(memo=memo) and ("ns", "x") in handlers.LLMDEPLOYMENTS
+    assert timer.when(memo=memo) and ("ns", "x") in operator.llmdeployments
     asyncio.run(handlers.llmdeployment_event(type="DELETED", body=body, memo=memo, uid="u1"))
-    assert ("ns", "x") not in handlers.LLMDEPLOYMENTS
+    assert ("ns", "x") not in operator.llmdeployments
     assert not timer.when(memo=memo)  # Kopf stops a timer whose filter no longer matches
 
 
-def test_a_deleted_objects_burn_in_results_are_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
-    runner = BurnInRunner(run=lambda address, load: BurnInMeasurement(completed=1, sent=1))
-    monkeypatch.setitem(handlers._state, "burn_ins", runner)
+def test_a_deleted_objects_burn_in_results_are_dropped(operator: Operator) -> None:
+    runner = operator.burn_ins = BurnInRunner(run=lambda address, load: BurnInMeasurement(completed=1, sent=1))
     load = BurnInLoad(model="m", port=8000, requests=1, prompt_tokens=8, max_tokens=8, timeout_seconds=30.0)
     runner.start("pod-1", "10.0.0.1", load, owner="llmd-uid")
     runner.start("pod-2", "10.0.0.2", load, owner="other-uid")
@@ -64,7 +66,8 @@ def test_a_deleted_objects_burn_in_results_are_dropped(monkeypatch: pytest.Monke
         assert time.monotonic() < deadline
         time.sleep(0.01)
     deleted = kopf.Body({"metadata": {"namespace": "ns", "name": "gone", "uid": "llmd-uid"}})
-    asyncio.run(handlers.llmdeployment_event(type="DELETED", body=deleted, memo=kopf.Memo(), uid="llmd-uid"))
+    asyncio.run(handlers.llmdeployment_event(type="DELETED", body=deleted, memo=kopf.Memo(operator=operator),
+                                             uid="llmd-uid"))
     assert runner.result("pod-1") is None and runner.result("pod-2") is not None
 
 
@@ -81,12 +84,12 @@ class _NoGPUNodes:
 
 
 @pytest.fixture(autouse=True)
-def _no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(handlers, "kube", _NoGPUNodes)
-    monkeypatch.setitem(handlers._state, "node_view", handlers.NodeView(handlers.listed_gpu_nodes))
+def operator() -> Operator:
+    """The Operator the handlers are handed in their memo, on no cluster (and a node view of its own)."""
+    return operator_on(_NoGPUNodes())
 
 
-def _review(operation: str, old_spec: dict[str, Any] | None, spec: dict[str, Any]) -> list[str]:
+def _review(operator: Operator, operation: str, old_spec: dict[str, Any] | None, spec: dict[str, Any]) -> list[str]:
     """Call the webhook's handler as Kopf does (kopf's invoke()), while Kopf's executor, where the reconciles run,
     has its only thread busy."""
     warnings: list[str] = []
@@ -98,7 +101,8 @@ def _review(operation: str, old_spec: dict[str, Any] | None, spec: dict[str, Any
     async def call() -> None:
         old = {"spec": old_spec} if old_spec is not None else None
         kwargs = {"spec": spec, "name": "x", "warnings": warnings, "userinfo": USER, "namespace": "ns",
-                  "operation": operation, "old": old, "new": {"spec": spec}}
+                  "operation": operation, "old": old, "new": {"spec": spec},
+                  "memo": kopf.Memo(operator=operator)}
         await asyncio.wait_for(invocation.invoke(handlers.validate, settings=settings, kwargs=kwargs), timeout=10)
 
     try:
@@ -113,25 +117,25 @@ def _admissions(verdict: str) -> float:
     return REGISTRY.get_sample_value("llm_autopilot_admission_reviews_total", {"verdict": verdict}) or 0.0
 
 
-def test_the_webhook_reviews_on_its_own_threads_not_behind_reconciles() -> None:
+def test_the_webhook_reviews_on_its_own_threads_not_behind_reconciles(operator: Operator) -> None:
     before = _admissions("allowed")
-    _review("CREATE", None, SPEC)
+    _review(operator, "CREATE", None, SPEC)
     assert _admissions("allowed") == before + 1
     with pytest.raises(kopf.AdmissionError, match="does not fit") as refused:
-        _review("CREATE", None, {**SPEC, "model": {"name": "meta-llama/Llama-3.1-405B"}})
+        _review(operator, "CREATE", None, {**SPEC, "model": {"name": "meta-llama/Llama-3.1-405B"}})
     assert refused.value.code == 422
 
 
-def test_an_update_that_leaves_the_spec_alone_is_admitted_without_a_review() -> None:
+def test_an_update_that_leaves_the_spec_alone_is_admitted_without_a_review(operator: Operator) -> None:
     """Kopf's own annotation patches (and a label) reach a webhook registered by Kopf, which has no
     matchConditions: they are admitted at once."""
     reviews, unchanged = _admissions("allowed") + _admissions("rejected"), _admissions("unchanged")
     infeasible = {**SPEC, "model": {"name": "meta-llama/Llama-3.1-405B"}}  # not reviewed, so not refused
-    _review("UPDATE", infeasible, infeasible)
+    _review(operator, "UPDATE", infeasible, infeasible)
     assert _admissions("unchanged") == unchanged + 1
     assert _admissions("allowed") + _admissions("rejected") == reviews
     with pytest.raises(kopf.AdmissionError):
-        _review("UPDATE", SPEC, infeasible)  # a spec change is reviewed
+        _review(operator, "UPDATE", SPEC, infeasible)  # a spec change is reviewed
     assert handlers.unchanged_spec("UPDATE", {"spec": SPEC}, {"spec": dict(SPEC)})
     assert not handlers.unchanged_spec("CREATE", None, {"spec": SPEC})
     assert not handlers.unchanged_spec("UPDATE", {"spec": SPEC}, {"spec": {**SPEC, "replicas": 2}})
@@ -151,7 +155,7 @@ def test_routine_successes_are_debug_lines() -> None:
 
 def test_the_first_resyncs_after_a_start_are_spread() -> None:
     delays = [handlers._first_resync() for _ in range(200)]
-    spread = min(handlers.SETTINGS.resync_seconds, handlers.FIRST_RESYNC_SPREAD_SECONDS)
+    spread = min(handlers.RESYNC_SECONDS, handlers.FIRST_RESYNC_SPREAD_SECONDS)
     assert all(1.0 <= d <= 1.0 + spread for d in delays) and max(delays) - min(delays) > spread / 2
 
 
@@ -166,27 +170,31 @@ class _DownCluster(FakeCluster):
 def test_an_unreachable_api_server_is_one_calm_line_per_outage(caplog: pytest.LogCaptureFixture,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Every resync failed with a traceback on the GET of the LeaderWorkerSet CRD during an API-server outage."""
-    cluster: list[FakeCluster] = [_DownCluster()]
-    monkeypatch.setattr(handlers, "kube", lambda: cluster[0])
-    monkeypatch.setattr(handlers, "gatherer", lambda: Gatherer(cluster[0]))
+    operator = operator_on(_DownCluster())
+    memo = kopf.Memo(operator=operator)
+
+    def cluster_is(cluster: FakeCluster) -> None:
+        operator.kube, operator.gatherer = cluster, Gatherer(cluster)  # type: ignore[assignment]
+
+    cluster_is(_DownCluster())
     monkeypatch.setattr(kopf, "event", lambda *_, **__: None)  # Events need Kopf's running context
     body = kopf.Body({"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "uid", "generation": 1},
                       "spec": {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"}}})
     with caplog.at_level(logging.WARNING):
         for _ in range(3):
-            handlers.resync(body=body, patch=kopf.Patch())  # no exception for Kopf to log with a traceback
-            handlers.reconcile_on_change(body=body, patch=kopf.Patch())
+            handlers.resync(body=body, patch=kopf.Patch(), memo=memo)  # no exception for Kopf to log with a traceback
+            handlers.reconcile_on_change(body=body, patch=kopf.Patch(), memo=memo)
         lines = [r for r in caplog.records if "API server" in r.getMessage()]
         assert len(lines) == 1 and "unreachable" in lines[0].getMessage() and not lines[0].exc_info
-        cluster[0] = FakeCluster()  # back
+        cluster_is(FakeCluster())  # back
         patch = kopf.Patch()
-        handlers.resync(body=body, patch=patch)
+        handlers.resync(body=body, patch=patch, memo=memo)
     assert patch.status
     assert [r.getMessage() for r in caplog.records if "API server" in r.getMessage()][-1].startswith(
         "the Kubernetes API server is reachable again")
-    cluster[0] = _Broken()
+    cluster_is(_Broken())
     with pytest.raises(ValueError, match="a bug"):  # any other failure still reaches Kopf
-        handlers.resync(body=body, patch=kopf.Patch())
+        handlers.resync(body=body, patch=kopf.Patch(), memo=memo)
 
 
 class _Broken(FakeCluster):
@@ -208,15 +216,15 @@ def _errors() -> float:
 ])
 def test_attempt_returns_the_outcome_or_none_in_an_outage(name: str, run: Any, expect: str,
                                                           caplog: pytest.LogCaptureFixture) -> None:
-    outage = handlers.Outage()
+    outage = Outage()
     errors = _errors()
     with caplog.at_level(logging.WARNING):
         if expect == "raised":
             with pytest.raises(Exception) as raised:
-                handlers.attempt(run, outage=outage)
-            assert not handlers.api_unreachable(raised.value), name
+                attempt(run, outage=outage)
+            assert not api_unreachable(raised.value), name
         else:
-            out = handlers.attempt(run, outage=outage)
+            out = attempt(run, outage=outage)
             assert (out is None) == (expect == "outage"), name
     assert _errors() == errors + (0 if expect == "outcome" else 1), name
     said = [r.getMessage() for r in caplog.records if "API server" in r.getMessage()]
@@ -224,19 +232,46 @@ def test_attempt_returns_the_outcome_or_none_in_an_outage(name: str, run: Any, e
 
 
 def test_attempt_ends_an_outage_only_on_a_full_pass_that_may_end_it(caplog: pytest.LogCaptureFixture) -> None:
-    outage = handlers.Outage()
+    outage = Outage()
     down = urllib3.exceptions.MaxRetryError(None, "/apis", "refused")
 
     def fail() -> Outcome:
         raise down
 
     with caplog.at_level(logging.WARNING):
-        assert handlers.attempt(fail, outage=outage) is None
-        assert handlers.attempt(fail, outage=outage) is None  # said once per outage
-        assert handlers.attempt(lambda: Outcome(full=False), outage=outage) is not None  # quiet: asked nothing
-        assert handlers.attempt(Outcome, outage=outage, reached=False) is not None
+        assert attempt(fail, outage=outage) is None
+        assert attempt(fail, outage=outage) is None  # said once per outage
+        assert attempt(lambda: Outcome(full=False), outage=outage) is not None  # quiet: asked nothing
+        assert attempt(Outcome, outage=outage, reached=False) is not None
         assert not any("again" in r.getMessage() for r in caplog.records)
-        assert handlers.attempt(Outcome, outage=outage) is not None
+        assert attempt(Outcome, outage=outage) is not None
     said = [r.getMessage() for r in caplog.records if "API server" in r.getMessage()]
     assert len(said) == 2 and "unreachable" in said[0] and said[1].startswith(
         "the Kubernetes API server is reachable again")
+
+
+def test_the_operator_is_built_at_startup_on_the_environments_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings are read when Kopf starts the operator, not when the handlers are imported; a malformed one
+    stops it (Kopf does not retry the startup)."""
+    monkeypatch.setattr(Operator, "connect", classmethod(
+        lambda cls, ours, peering=False: cls(ours, _NoGPUNodes(), peering=peering)))  # type: ignore[arg-type]
+    monkeypatch.setattr(Operator, "start", lambda self: None)
+    monkeypatch.setenv("LLM_AUTOPILOT_NAMESPACES", "team-a")
+    memo = kopf.Memo()
+    handlers.configure(settings=kopf.OperatorSettings(), logger=handlers.logger, memo=memo)
+    assert handlers.running(memo).settings.namespaces == ("team-a",)
+    monkeypatch.setenv("LLM_AUTOPILOT_FULL_CHECK_SECONDS", "soon")
+    with pytest.raises(kopf.PermanentError, match="LLM_AUTOPILOT_FULL_CHECK_SECONDS"):
+        handlers.configure(settings=kopf.OperatorSettings(), logger=handlers.logger, memo=kopf.Memo())
+    with pytest.raises(RuntimeError, match="no Operator"):
+        handlers.running(kopf.Memo())
+
+
+def test_the_operator_command_hands_its_settings_to_kopfs_startup(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: dict[str, Any] = {}
+    monkeypatch.setattr(kopf, "run", lambda **kwargs: ran.update(kwargs))
+    monkeypatch.setattr(logging, "basicConfig", lambda **_: None)
+    result = CliRunner().invoke(cli, ["operator", "-n", "team-b", "--peering-lifetime", "20"])
+    assert result.exit_code == 0, result.output
+    ours = ran["memo"]["settings"]
+    assert (ours.namespaces, ours.peering_lifetime_seconds, ran["namespaces"]) == (("team-b",), 20, ["team-b"])

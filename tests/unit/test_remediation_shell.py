@@ -19,7 +19,6 @@ from kubernetes.dynamic.exceptions import NotFoundError
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from llm_autopilot.api.v1alpha1 import RemediationPolicy
-from llm_autopilot.controller import handlers
 from llm_autopilot.controller.gather import Gatherer, Target
 from llm_autopilot.controller.kube import ApplyRejected, Kube, LogUnavailable, NodeGPUs
 from llm_autopilot.controller.metrics import (
@@ -31,13 +30,24 @@ from llm_autopilot.controller.metrics import (
     query_failure,
 )
 from llm_autopilot.controller.quiet import MAX_DELAY_SECONDS, later, next_due
+from llm_autopilot.controller.runtime import Operator
 from llm_autopilot.remediation.classify import Signal
 from llm_autopilot.remediation.decide import Metrics
 from llm_autopilot.remediation.saturation import KV_SATURATION
 from llm_autopilot.remediation.state import Limits, RemediationState, attestation
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
-from tests.unit.fakes import L4, NAME, NAMESPACE, FakeCluster, FakePrometheus, OperatorKilled, Run, saturated
+from tests.unit.fakes import (
+    L4,
+    NAME,
+    NAMESPACE,
+    FakeCluster,
+    FakePrometheus,
+    OperatorKilled,
+    Run,
+    operator_on,
+    saturated,
+)
 from tests.unit.test_remediation import CUDA_STARTUP
 from tests.unit.vllm_logs import cpu_kv_capacity_log, termination_message
 
@@ -507,17 +517,18 @@ def test_quiet_rounds_write_nothing() -> None:
 # --- Ready: one computation for both writers -----------------------------------------------------------------
 
 @pytest.fixture
-def handler_cluster() -> Iterator[FakeCluster]:
-    cluster = FakeCluster()
-    previous = dict(handlers._state)
-    handlers._state["kube"] = cluster
-    yield cluster
-    handlers._state.clear()
-    handlers._state.update(previous)
+def handler_cluster() -> FakeCluster:
+    return FakeCluster()
+
+
+@pytest.fixture
+def operator(handler_cluster: FakeCluster) -> Operator:
+    """The Operator whose Deployment watch writes Ready, on the handler cluster."""
+    return operator_on(handler_cluster)
 
 
 def test_ready_uses_the_effective_replicas_in_the_reconcile_and_the_deployment_watch(
-        handler_cluster: FakeCluster) -> None:
+        handler_cluster: FakeCluster, operator: Operator) -> None:
     """D14: after a "one more replica" rung both writers say 2/2, and quiet rounds write nothing."""
     spec = {**QWEN_H100, "replicas": 1, "remediation": {"maxReplicas": 3, "stableWindowSeconds": 604800}}
     recently = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")  # not calm for long
@@ -529,20 +540,20 @@ def test_ready_uses_the_effective_replicas_in_the_reconcile_and_the_deployment_w
     handler_cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
                             "spec": spec, "status": run.status}
     for _ in range(3):  # Deployment events and resyncs in a quiet state
-        handlers.owner_changed(NAMESPACE, NAME)
+        operator.owner_changed(NAMESPACE, NAME)
         run.status = handler_cluster.llmd["status"]
         assert run.once().status == {}
     assert handler_cluster.status_patches == []
     # mid-rollout: 1 of 2 updated is not Ready (it read "1/1" before)
     handler_cluster.deployment()["status"].update(updatedReplicas=1, availableReplicas=1)
-    handlers.owner_changed(NAMESPACE, NAME)
+    operator.owner_changed(NAMESPACE, NAME)
     (patch,) = handler_cluster.status_patches
     ready = next(c for c in patch["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["message"]) == ("False", "1/2 replicas run the current plan")
 
 
 def test_ready_has_one_writer_with_autoscaling_and_a_replica_override_left_from_before(
-        handler_cluster: FakeCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+        handler_cluster: FakeCluster, operator: Operator, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue #16: the Deployment watch computed Ready from the remediation's replica override (it omitted
     ``autoscaled=``) while the reconcile used spec.replicas (KEDA drives the count): the two flipped Ready back
     and forth. The watch now triggers the reconcile, whose Ready stands."""
@@ -560,20 +571,21 @@ def test_ready_has_one_writer_with_autoscaling_and_a_replica_override_left_from_
     handler_cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
                             "spec": spec, "status": run.status}
     for _ in range(3):  # Deployment events and resyncs: neither moves Ready
-        handlers.owner_changed(NAMESPACE, NAME)
+        operator.owner_changed(NAMESPACE, NAME)
         assert handler_cluster.llmd["status"]["conditions"] == run.status["conditions"]
         run.status = handler_cluster.llmd["status"]
         assert run.once().status == {}
     assert handler_cluster.status_patches == []
 
 
-def test_the_deployment_watch_retries_a_conflicting_status_write(handler_cluster: FakeCluster) -> None:
+def test_the_deployment_watch_retries_a_conflicting_status_write(handler_cluster: FakeCluster,
+                                                                 operator: Operator) -> None:
     run = deployed(cluster=handler_cluster)
     handler_cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
                             "spec": QWEN_H100, "status": run.status}
     handler_cluster.deployment()["status"]["availableReplicas"] = 0
     handler_cluster.conflicts = 1
-    handlers.owner_changed(NAMESPACE, NAME)
+    operator.owner_changed(NAMESPACE, NAME)
     assert len(handler_cluster.status_patches) == 1
 
 
@@ -692,7 +704,8 @@ def test_metrics_available_holds_still_while_no_pod_runs_the_plan() -> None:
         "True", "Queried")
 
 
-def test_the_deployment_watch_writes_ready_replicas_with_ready(handler_cluster: FakeCluster) -> None:
+def test_the_deployment_watch_writes_ready_replicas_with_ready(handler_cluster: FakeCluster,
+                                                               operator: Operator) -> None:
     """AVAILABLE (status.readyReplicas) read 0 right after Ready=True, until the next resync."""
     run = Run(QWEN_H100, cluster=handler_cluster)
     handler_cluster.apply_all = lambda objects, before_write=None: FakeCluster.apply_all(  # type: ignore[method-assign]
@@ -702,7 +715,7 @@ def test_the_deployment_watch_writes_ready_replicas_with_ready(handler_cluster: 
     handler_cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
                             "spec": QWEN_H100, "status": run.status}
     handler_cluster.deployment()["status"].update(replicas=1, availableReplicas=1)  # the pod became available
-    handlers.owner_changed(NAMESPACE, NAME)
+    operator.owner_changed(NAMESPACE, NAME)
     (patch,) = handler_cluster.status_patches
     ready = next(c for c in patch["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True" and (patch["readyReplicas"], patch["replicas"]) == (1, 1)

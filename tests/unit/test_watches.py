@@ -33,9 +33,11 @@ from llm_autopilot.controller.observed import (
     pod_summary,
 )
 from llm_autopilot.controller.quiet import QuietMemory, Seen
+from llm_autopilot.controller.runtime import Operator, OwnerTriggers
+from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.render import groups
 from llm_autopilot.render.kubernetes import INPUT_HASH, OWNER_LABEL, PLAN_HASH
-from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, Run
+from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, Run, operator_on
 
 NODE = {"metadata": {"name": "gpu-h100-0", "resourceVersion": "10",
                      "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}},
@@ -216,15 +218,19 @@ def test_kopf_indexes_only_the_gpu_nodes_and_the_operators_watches_are_filtered_
     """Kopf's index-readiness wait costs O(N^2) in the indexed objects: only the few GPU nodes (the webhook's
     view) stay a Kopf index; the children, pods and nodes the reconciles read are the operator's own watches."""
     kube = _Kube()
-    monkeypatch.setattr(handlers, "_state", {"kube": kube})  # configure() connects (not here) and keeps state
+    # configure() connects (not here) and starts the Operator's watches (recorded here)
+    monkeypatch.setattr(Operator, "connect", classmethod(
+        lambda cls, ours, peering=False: cls(ours, kube, peering=peering)))
     started: list[Kube] = []
-    monkeypatch.setattr(handlers, "start_watches", started.append)
+    monkeypatch.setattr(Operator, "start", lambda self: started.append(self.kube))
     found = _indexers()
     assert set(found) == {"gpu_nodes"}
     assert found["gpu_nodes"].selector.any_name == "nodes" and "nvidia.com/gpu.product" in found["gpu_nodes"].labels
     settings = kopf.OperatorSettings()
-    handlers.configure(settings=settings, logger=handlers.logger)
-    assert started == [kube] and handlers._state["peering"] is not settings.peering.standalone
+    memo = kopf.Memo(settings=OperatorSettings(namespaces=("ns-a",)))  # as `llm-autopilot operator` hands them
+    handlers.configure(settings=settings, logger=handlers.logger, memo=memo)
+    assert started == [kube] and memo.operator.peering is not settings.peering.standalone
+    assert memo.operator.settings.namespaces == ("ns-a",)
     assert settings.watching.label_selectors[("v1", "nodes")] == "nvidia.com/gpu.product"
     kube.api = kubernetes.client.ApiClient()  # no request is made
     watches = operator_watches(kube, ("ns-a", "ns-b"))
@@ -256,50 +262,47 @@ class _ParentReads(FakeCluster):
         return super().get(api_version, kind, name, namespace)
 
 
-def test_the_deployment_watch_reads_nothing_while_the_reconciles_inputs_are_unchanged(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_deployment_watch_reads_nothing_while_the_reconciles_inputs_are_unchanged() -> None:
     """The watch triggers the owner's reconcile; when the watches show what its last full pass read (the quiet
     resync's fingerprint), it neither reads the LLMDeployment nor writes."""
     cluster = _ParentReads()
-    monkeypatch.setitem(handlers._state, "kube", cluster)
-    memory = QuietMemory()
-    monkeypatch.setattr(handlers, "QUIET", memory)
+    operator = operator_on(cluster)
+    memory = operator.quiet = QuietMemory()
     run = Run({"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"}}, cluster=cluster)
     run.once()
     cluster.llmd = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "uid", "generation": 1,
                                  "resourceVersion": "7"}, "spec": run.spec, "status": run.status}
-    monkeypatch.setattr(handlers, "LLMDEPLOYMENTS", {(NAMESPACE, NAME): llmd_summary(cluster.llmd)})
+    operator.llmdeployments = {(NAMESPACE, NAME): llmd_summary(cluster.llmd)}
     watched = _watched(deployments=_Index({(NAMESPACE, NAME): [child_summary(cluster.deployment())]}))
     key = reconciling.quiet_key(generation=1, resource_version="7", spec_body={}, status={},
-                                observed=watched.digest_of(NAMESPACE, NAME), settings=handlers.SETTINGS)
+                                observed=watched.digest_of(NAMESPACE, NAME), settings=operator.settings)
     memory.remember("uid", Seen(fingerprint=key, metrics="", due=datetime.now(UTC) + timedelta(hours=1),
                                 settled=True, plan_hash=None, namespace=NAMESPACE))
-    handlers.owner_changed(NAMESPACE, NAME, watched)
+    operator.owner_changed(NAMESPACE, NAME, watched)
     assert cluster.parent_reads == 0 and cluster.status_patches == []
     changed_deployment = changed(cluster.deployment(), _set(["status", "availableReplicas"], 0))
     watched.deployments[(NAMESPACE, NAME)] = [child_summary(changed_deployment)]  # the watch saw the change
-    indexed = handlers.LLMDEPLOYMENTS[(NAMESPACE, NAME)].body
-    assert not handlers._quiet(indexed, watched, NAMESPACE, NAME)
-    assert handlers._quiet(indexed, _watched(deployments=_Index({(NAMESPACE, NAME): [
+    indexed = operator.llmdeployments[(NAMESPACE, NAME)].body
+    assert not operator.quiet_for(indexed, watched, NAMESPACE, NAME)
+    assert operator.quiet_for(indexed, _watched(deployments=_Index({(NAMESPACE, NAME): [
         child_summary(cluster.deployment())]})), NAMESPACE, NAME)
 
 
-def test_the_deployment_watch_reconciles_its_owner_and_writes_what_the_reconcile_says(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_deployment_watch_reconciles_its_owner_and_writes_what_the_reconcile_says() -> None:
     """Without the quiet memory's say-so the owner is read (after a conflict, again) and reconciled; Ready is the
     reconcile's (the watch has no condition of its own)."""
     cluster = _ParentReads()
-    monkeypatch.setitem(handlers._state, "kube", cluster)
+    operator = operator_on(cluster)
     run = Run({"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"}}, cluster=cluster)
     run.once()
     cluster.llmd = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "uid", "generation": 1,
                                  "resourceVersion": "7"}, "spec": run.spec, "status": run.status}
-    monkeypatch.setattr(handlers, "LLMDEPLOYMENTS", {(NAMESPACE, NAME): llmd_summary(cluster.llmd)})
-    handlers.owner_changed(NAMESPACE, NAME)
+    operator.llmdeployments = {(NAMESPACE, NAME): llmd_summary(cluster.llmd)}
+    operator.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 1 and cluster.status_patches == []  # Ready unchanged: nothing written
     cluster.deployment()["status"]["availableReplicas"] = 0
     cluster.conflicts = 1  # the resourceVersion read is stale: the write is refused, then read again
-    handlers.owner_changed(NAMESPACE, NAME)
+    operator.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 3 and len(cluster.status_patches) == 1
     ready = next(c for c in cluster.status_patches[0]["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "Unavailable")
@@ -308,51 +311,46 @@ def test_the_deployment_watch_reconciles_its_owner_and_writes_what_the_reconcile
         run.condition("Ready")[k] for k in ("status", "reason", "message"))
 
 
-def test_the_deployment_watch_leaves_a_generation_to_its_first_reconcile(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_deployment_watch_leaves_a_generation_to_its_first_reconcile() -> None:
     """Until the reconcile of a new generation has reported (observedGeneration), the watch triggers nothing: that
     reconcile is in flight and reads the Deployment itself."""
     cluster = _ParentReads()
-    monkeypatch.setitem(handlers._state, "kube", cluster)
+    operator = operator_on(cluster)
     run = Run({"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-h100-80gb"}}, cluster=cluster)
     run.once()
     cluster.llmd = {"metadata": {"name": NAME, "namespace": NAMESPACE, "uid": "uid", "generation": 2,
                                  "resourceVersion": "7"}, "spec": run.spec, "status": run.status}
     cluster.deployment()["status"]["availableReplicas"] = 0
-    handlers.owner_changed(NAMESPACE, NAME)
+    operator.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 1 and cluster.status_patches == []
 
 
-def test_a_standby_replica_triggers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_standby_replica_triggers_nothing() -> None:
     """With peering, Kopf stops the timers of a replica it pauses but not the operator's own watches: their
     triggers act only while this replica's resyncs run."""
     cluster = _ParentReads()
-    monkeypatch.setitem(handlers._state, "kube", cluster)
-    monkeypatch.setitem(handlers._state, "peering", True)
-    monkeypatch.setattr(handlers, "LAST_RESYNC", [time.monotonic() - 3 * handlers.SETTINGS.resync_seconds])
-    handlers.owner_changed(NAMESPACE, NAME)
+    operator = operator_on(cluster)
+    operator.peering = True
+    operator.last_resync = time.monotonic() - 3 * operator.settings.resync_seconds
+    operator.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 0  # paused: nothing read
-    handlers.LAST_RESYNC[0] = time.monotonic()  # its resyncs run: the active replica
-    handlers.owner_changed(NAMESPACE, NAME)
+    operator.last_resync = time.monotonic()  # its resyncs run: the active replica
+    operator.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 1
-    monkeypatch.setitem(handlers._state, "peering", False)
-    handlers.LAST_RESYNC[0] = 0.0  # standalone: always the one
-    handlers.owner_changed(NAMESPACE, NAME)
+    operator.peering = False
+    operator.last_resync = 0.0  # standalone: always the one
+    operator.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 2
-
-
-#: this process's resync record as the module starts it (captured at collection, before any test runs a resync)
-FRESH_LAST_RESYNC = list(handlers.LAST_RESYNC)
 
 
 def test_a_replica_that_never_resynced_is_a_standby_even_on_a_fresh_node(monkeypatch: pytest.MonkeyPatch) -> None:
     """time.monotonic() counts from the node's boot: on a node up for less than two resync intervals (a new node,
     or any node with a long interval) a replica on which no resync has ever run is still a standby."""
     cluster = _ParentReads()
-    monkeypatch.setitem(handlers._state, "kube", cluster)
-    monkeypatch.setitem(handlers._state, "peering", True)
-    monkeypatch.setattr(handlers, "LAST_RESYNC", list(FRESH_LAST_RESYNC))
+    operator = operator_on(cluster)  # its resync record as a start leaves it: none ran
+    operator.peering = True
     monkeypatch.setattr(time, "monotonic", lambda: 5.0)  # the node booted 5 s ago
-    handlers.owner_changed(NAMESPACE, NAME)
+    operator.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 0
 
 
@@ -361,26 +359,25 @@ def test_a_replica_kopf_pauses_stops_triggering_at_once(monkeypatch: pytest.Monk
     OPERATOR_PAUSING: from then on its Deployment triggers act no more, not only two resync intervals later (two
     replicas reconciling at once, during a rolling upgrade two operator versions)."""
     cluster = _ParentReads()
-    monkeypatch.setitem(handlers._state, "kube", cluster)
-    monkeypatch.setitem(handlers._state, "peering", True)
-    monkeypatch.setattr(handlers, "LAST_RESYNC", list(FRESH_LAST_RESYNC))
-    monkeypatch.setattr(handlers, "RESYNC_STOPPED", [None])
+    operator = operator_on(cluster)  # a fresh start: no resync ran, no stop flag
+    operator.peering = True
     stopper = DaemonStopper()  # as Kopf hands it to the timer
     body = kopf.Body({"metadata": {"namespace": NAMESPACE, "name": NAME, "uid": "uid"}, "spec": {}})
     with monkeypatch.context() as m:
         def not_listed(namespace: str) -> Any:
             raise kopf.TemporaryError("not listed yet")
-        m.setattr(handlers, "_watched", not_listed)
+        m.setattr(operator, "watched", not_listed)
         with pytest.raises(kopf.TemporaryError):  # the resync ran (and retries later): this replica is active
-            handlers.resync(body=body, patch=kopf.Patch(), stopped=stopper.sync_waiter)
-    handlers.owner_changed(NAMESPACE, NAME)
+            handlers.resync(body=body, patch=kopf.Patch(), memo=kopf.Memo(operator=operator),
+                            stopped=stopper.sync_waiter)
+    operator.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 1
 
     async def pause() -> None:  # as Kopf's daemon killer does when the peering pauses this replica
         stopper.set(reason=kopf.DaemonStoppingReason.OPERATOR_PAUSING)
 
     asyncio.run(pause())
-    handlers.owner_changed(NAMESPACE, NAME)
+    operator.owner_changed(NAMESPACE, NAME)
     assert cluster.parent_reads == 1  # paused: nothing read, nothing written
 
 
@@ -388,7 +385,7 @@ def test_deployment_changes_queue_their_owner_once_until_its_turn() -> None:
     """The Deployment watch's events: a deletion (the resync re-creates it) and an object without the owner label
     trigger nothing; events of one owner that arrive before its turn are one reconcile."""
     handled: list[tuple[str, str]] = []
-    triggers = handlers.OwnerTriggers(lambda ns, name: handled.append((ns, name)), workers=1)
+    triggers = OwnerTriggers(lambda ns, name: handled.append((ns, name)), workers=1)
     for _ in range(3):
         triggers.deployment_changed("MODIFIED", DEPLOYMENT)
     triggers.deployment_changed("DELETED", DEPLOYMENT)

@@ -28,7 +28,7 @@ from llm_autopilot.catalog.gpus import GPUS, UnknownGPUError, find_gpu
 from llm_autopilot.catalog.hf_config import ModelConfigError, parse_hf_config
 from llm_autopilot.catalog.models import catalog_models
 from llm_autopilot.cli.format import dump, memory_table, plan_dict, plan_table
-from llm_autopilot.controller.settings import SettingsError
+from llm_autopilot.controller.settings import OperatorSettings, SettingsError
 from llm_autopilot.domain.architecture import InvalidArchitecture, ModelArchitecture
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
@@ -366,13 +366,14 @@ def operator_command(namespaces: tuple[str, ...], standalone: bool, priority: in
     """Run the operator: reconcile LLMDeployments (and serve the admission webhook when enabled)."""
     import kopf  # noqa: PLC0415 - the operator's dependencies load only for this command
 
-    from llm_autopilot.controller import handlers  # noqa: PLC0415 - importing registers the handlers
+    import llm_autopilot.controller.handlers  # noqa: F401, PLC0415 - importing registers the handlers
 
+    settings = OperatorSettings.from_env()
     if peering_lifetime is not None:
-        handlers.SETTINGS = dataclasses.replace(handlers.SETTINGS, peering_lifetime_seconds=peering_lifetime)
-    watched = namespaces or handlers.SETTINGS.namespaces
+        settings = dataclasses.replace(settings, peering_lifetime_seconds=peering_lifetime)
+    watched = namespaces or settings.namespaces
     # the operator's own watches (controller/informers.py) cover the namespaces Kopf watches
-    handlers.SETTINGS = dataclasses.replace(handlers.SETTINGS, namespaces=tuple(watched))
+    settings = dataclasses.replace(settings, namespaces=tuple(watched))
     level = logging.DEBUG if verbose else logging.INFO
     if log_format == "json":
         handler = logging.StreamHandler()
@@ -383,8 +384,10 @@ def operator_command(namespaces: tuple[str, ...], standalone: bool, priority: in
     if priority is None:  # equal priorities freeze every replica: give each its own
         priority = int(hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8], 16) % 1_000_000
     # a peering name makes peering mandatory in Kopf, so give it only when peering is wanted
+    # handlers.configure (Kopf's startup) builds the Operator on these settings
     kopf.run(standalone=standalone, priority=priority, peering_name=None if standalone else peering_name,
-             liveness_endpoint=liveness, clusterwide=not watched, namespaces=list(watched))
+             liveness_endpoint=liveness, clusterwide=not watched, namespaces=list(watched),
+             memo=kopf.Memo(settings=settings))
 
 
 class JsonFormatter(logging.Formatter):

@@ -110,7 +110,7 @@ class OperatorSettings:
             namespaces=_list(e.get("LLM_AUTOPILOT_NAMESPACES")),
             default_image=e.get("LLM_AUTOPILOT_DEFAULT_IMAGE", defaults.default_image),
             default_vllm_version=e.get("LLM_AUTOPILOT_DEFAULT_VLLM_VERSION", defaults.default_vllm_version),
-            resync_seconds=_number(e, "LLM_AUTOPILOT_RESYNC_SECONDS", defaults.resync_seconds, minimum=0.1),
+            resync_seconds=resync_seconds_from_env(e),
             full_check_seconds=_number(e, "LLM_AUTOPILOT_FULL_CHECK_SECONDS", defaults.full_check_seconds,
                                        minimum=1),
             max_workers=int(workers) if workers is not None else None,
@@ -121,7 +121,7 @@ class OperatorSettings:
             prometheus_headers=({"Authorization": e["LLM_AUTOPILOT_PROMETHEUS_AUTHORIZATION"]}
                                 if e.get("LLM_AUTOPILOT_PROMETHEUS_AUTHORIZATION") else None),
             prometheus_verify_tls=_tls(e.get("LLM_AUTOPILOT_PROMETHEUS_TLS_VERIFY", "true")),
-            webhook_enabled=e.get("LLM_AUTOPILOT_WEBHOOK", "").lower() in ("1", "true", "yes", "on"),
+            webhook_enabled=webhook_enabled_from_env(e),
             webhook_addr=e.get("LLM_AUTOPILOT_WEBHOOK_ADDR", defaults.webhook_addr),
             webhook_host=e.get("LLM_AUTOPILOT_WEBHOOK_HOST") or None,
             webhook_port=int(e.get("LLM_AUTOPILOT_WEBHOOK_PORT", defaults.webhook_port)),
@@ -143,6 +143,19 @@ class OperatorSettings:
             calibration_read_seconds=_number(e, "LLM_AUTOPILOT_CALIBRATION_READ_SECONDS",
                                              defaults.calibration_read_seconds, minimum=1),
         )
+
+
+def resync_seconds_from_env(env: dict[str, str] | None = None) -> float:
+    """LLM_AUTOPILOT_RESYNC_SECONDS alone: Kopf takes the resync timer's interval when the handlers register."""
+    e = dict(os.environ if env is None else env)
+    return _number(e, "LLM_AUTOPILOT_RESYNC_SECONDS", OperatorSettings.resync_seconds, minimum=0.1)
+
+
+def webhook_enabled_from_env(env: dict[str, str] | None = None) -> bool:
+    """LLM_AUTOPILOT_WEBHOOK alone: the admission handler registers only with it (Kopf refuses to start with an
+    admission handler but no webhook server)."""
+    e = dict(os.environ if env is None else env)
+    return e.get("LLM_AUTOPILOT_WEBHOOK", "").lower() in ("1", "true", "yes", "on")
 
 
 #: the namespace of the pod the operator runs in (in a cluster)
