@@ -1,6 +1,6 @@
 """One reconcile of an LLMDeployment: gather the World, let ``desired()`` decide, apply its Intent, report.
 
-The decisions are desired/intent.py's (pure: the planner, the renderer, remediation's decision, the
+The decisions are desired/pipeline.py's (pure: the planner, the renderer, remediation's decision, the
 conditions); this module only reads and writes: read_world (gather.py) and what the Intent asks for (the model
 cache's state, the workload, remediation's evidence), then the objects, all or none (each write is tried as a
 server-side dry run first), with a remediation step and a new calibration choice recorded in the status before
@@ -41,21 +41,10 @@ from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings, SaturationRounds
 from llm_autopilot.controller.quiet import OPERATOR_VERSION, QuietMemory, Seen, fingerprint, later, metrics_verdict
 from llm_autopilot.controller.settings import OperatorSettings
-from llm_autopilot.desired import intent
-from llm_autopilot.desired.intent import (
-    MODEL_CACHED,
-    Asks,
-    Context,
-    Intent,
-    Rendered,
-    WorkloadAsk,
-    context_of,
-    desired,
-    limits,
-    observed_replicas,
-    ready_condition,
-    render,
-)
+from llm_autopilot.desired import planning
+from llm_autopilot.desired.pipeline import desired
+from llm_autopilot.desired.planning import Context, Rendered, context_of, limits, render
+from llm_autopilot.desired.vocabulary import MODEL_CACHED, Asks, Intent, WorkloadAsk
 from llm_autopilot.desired.world import (
     Applied,
     CacheObservation,
@@ -77,7 +66,7 @@ from llm_autopilot.render.kubernetes import Owner
 from llm_autopilot.render.workload import Shape
 from llm_autopilot.vllm.versions import VersionError
 
-#: desired/intent.py's names that callers import from here
+#: desired/'s names that callers import from here
 __all__ = [
     "METRICS_AVAILABLE",
     "MODEL_CACHED",
@@ -88,9 +77,7 @@ __all__ = [
     "context",
     "context_of",
     "limits",
-    "observed_replicas",
     "plan_with",
-    "ready_condition",
     "reconcile",
     "render",
     "resync",
@@ -184,7 +171,7 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: Op
 def plan_with(ctx: Context, overrides: Overrides) -> PoolChoice:
     """desired's plan_with, timed and counted (for tools and tests that plan outside a reconcile)."""
     with telemetry.PLAN_SECONDS.time():
-        choice = intent.plan_with(ctx, overrides)
+        choice = planning.plan_with(ctx, overrides)
     telemetry.PLANS.labels("feasible" if isinstance(choice.result, Plan) else "infeasible").inc()
     return choice
 

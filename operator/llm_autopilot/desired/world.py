@@ -182,7 +182,7 @@ class World:
     crds: frozenset[str] = frozenset()
     #: the shapes that exist; ``live.deployment`` is whether a Deployment of the object's name exists at all
     live: Live = dataclasses.field(default_factory=Live)
-    #: the rest is read for desired() (desired/intent.py): the object, the operator's settings, the LoRA
+    #: the rest is read for desired() (desired/pipeline.py): the object, the operator's settings, the LoRA
     #: adapters' configs, the pvc:// inspection, and what an Intent's asks named (cache, workload, evidence)
     owner: Owner = dataclasses.field(default_factory=lambda: Owner("", "", ""))
     generation: int | None = None

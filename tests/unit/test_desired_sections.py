@@ -1,0 +1,333 @@
+"""desired()'s sections one at a time (desired/sections/), each a pure function over a Draft: a named-case table
+per section, on Worlds built by hand (the whole pipeline is tests/unit/test_desired_intent.py's)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from llm_autopilot.api.lora import AdapterConfig
+from llm_autopilot.api.v1alpha1 import CachedAdapter, CacheStatus, LLMDeploymentSpec, SourceStatus
+from llm_autopilot.desired.planning import Rendered, context_of, counted_plan, render
+from llm_autopilot.desired.sections import burn_in, cache, lora, plan, remediation, source, verification
+from llm_autopilot.desired.vocabulary import Asks, Draft
+from llm_autopilot.desired.world import (
+    AdapterReading,
+    BurnInReading,
+    CacheObservation,
+    SourceView,
+    WorkloadView,
+)
+from llm_autopilot.planner.verify import Known
+from llm_autopilot.remediation.decide import Evidence
+from llm_autopilot.remediation.state import RemediationState
+from tests.unit.test_desired_intent import NOW, QWEN, available, world_for
+
+
+def draft(spec: dict[str, Any] = QWEN, status: dict[str, Any] | None = None, **world: Any) -> Draft:
+    return Draft(status or {}, dataclasses.replace(world_for(spec), **world), NOW)
+
+
+def rendered(d: Draft, spec: dict[str, Any] = QWEN) -> Rendered:
+    """The plan in force for ``spec`` on the Draft's World, as the pipeline renders it."""
+    ctx = context_of(LLMDeploymentSpec.model_validate(spec), d.world, d.settings)
+    choice = counted_plan(d, ctx, RemediationState().overrides)
+    return render(ctx, choice, RemediationState().overrides, d.owner, d.settings, d.world.live)
+
+
+def conditions(d: Draft) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c.get("reason", "")) for c in d.conditions}
+
+
+# ---- plan and Ready -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlanCase:
+    deployment: dict[str, Any] | None
+    ready: str
+    replicas: int
+    #: status.plan as read is the plan rendered: no Planned Event, no plan in the patch
+    same_plan: bool = False
+    degraded: dict[str, Any] | None = None
+    expect_degraded: tuple[str, str] = ("False", "AsPlanned")
+
+
+PLAN_CASES = {
+    "first pass, the workload available": PlanCase(available(), "True", 1),
+    "first pass, no workload yet": PlanCase(None, "False", 0),
+    "the plan as recorded: no Planned Event": PlanCase(available(), "True", 1, same_plan=True),
+    "Degraded said by remediation is kept": PlanCase(
+        available(), "True", 1, degraded={"type": "Degraded", "status": "True", "reason": "Remediated"},
+        expect_degraded=("True", "Remediated")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLAN_CASES))
+def test_the_plan_section(name: str) -> None:
+    case = PLAN_CASES[name]
+    d = draft()
+    r = rendered(d)
+    if case.same_plan:
+        d.status["plan"] = r.status.model_dump(by_alias=True, exclude_none=True)
+    if case.degraded is not None:
+        d.conditions = [case.degraded]
+    plan.report_plan(d, r, LLMDeploymentSpec.model_validate(QWEN), case.deployment)
+    got = conditions(d)
+    assert got["Planned"] == ("True", "Planned") and got["Ready"][0] == case.ready, got
+    assert got["Degraded"] == case.expect_degraded, got
+    assert d.out.status["replicas"] == case.replicas and "selector" in d.out.status
+    assert ("plan" in d.out.status) is not case.same_plan
+    assert any(e[1] == "Planned" for e in d.out.events) is not case.same_plan
+
+
+# ---- source -------------------------------------------------------------------------------------------------
+
+INSPECTED = SourceStatus(uri="pvc://models/qwen", state="Inspected", job_name="inspect-qwen")
+
+
+@dataclass(frozen=True)
+class SourceCase:
+    found: SourceView | None
+    previous: dict[str, Any] | None
+    #: status.source in the patch (absent: not in it)
+    patch: Any = "absent"
+    planned: tuple[str, str] | None = None
+    retry: bool = False
+
+
+SOURCE_CASES = {
+    "nothing read, nothing recorded": SourceCase(None, None),
+    "nothing read any more: removed": SourceCase(None, {"uri": "s3://b/m", "state": "Inspected"}, patch=None),
+    "read the first time": SourceCase(SourceView(INSPECTED), None,
+                                      patch={"uri": "pvc://models/qwen", "state": "Inspected",
+                                             "jobName": "inspect-qwen", "message": ""}),
+    "a field gone since: a null in the merge patch": SourceCase(
+        SourceView(INSPECTED), {"uri": "s3://b/m", "state": "Inspected", "endpoint": "http://s3"},
+        patch={"uri": "pvc://models/qwen", "state": "Inspected", "jobName": "inspect-qwen", "message": "",
+               "endpoint": None}),
+    "being inspected: Planned=False, retried": SourceCase(
+        SourceView(None, (), ("InspectingSource", "reading config.json")), None,
+        planned=("False", "InspectingSource"), retry=True),
+    "cannot be inspected: Planned=False with its reason": SourceCase(
+        SourceView(None, (), ("SourceNotFound", "no claim")), None, planned=("False", "SourceNotFound"),
+        retry=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOURCE_CASES))
+def test_the_source_section(name: str) -> None:
+    case = SOURCE_CASES[name]
+    d = draft(status={"source": case.previous} if case.previous is not None else {})
+    if case.found is not None and case.found.failure is not None:
+        intent = source.inspecting(d, case.found)
+        assert conditions(d)["Planned"] == case.planned and intent.retry is case.retry
+        return
+    source.report_source(d, case.found)
+    assert d.out.status.get("source", "absent") == case.patch
+
+
+# ---- cache --------------------------------------------------------------------------------------------------
+
+CACHE_CONDITIONS = {
+    "complete": (CacheStatus(claim_name="c", state="Complete", bytes=10, total_bytes=10), (True, "Cached")),
+    "downloading": (CacheStatus(claim_name="c", state="Downloading", bytes=5, total_bytes=10, percent=50.0),
+                    (False, "Downloading")),
+    "failed": (CacheStatus(claim_name="c", state="Failed", message="md5 mismatch"), (False, "CacheFailed")),
+    "pending": (CacheStatus(claim_name="c", state="Pending"), (False, "Pending")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CACHE_CONDITIONS))
+def test_the_cache_condition(name: str) -> None:
+    status, expected = CACHE_CONDITIONS[name]
+    assert cache.cache_condition(status)[:2] == expected
+
+
+CACHED = {**QWEN, "model": {"name": "Qwen/Qwen3-8B", "cache": {"enabled": True}}}
+CACHE_OBSERVED = {
+    "no cache in the spec: nothing to create": (QWEN, False, list),
+    "a cache not read yet: asked for": (CACHED, False, Asks),
+    "a cache read for these inputs: its objects": (CACHED, True, list),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CACHE_OBSERVED))
+def test_the_cache_section_asks_before_it_decides(name: str) -> None:
+    spec, read, kind = CACHE_OBSERVED[name]
+    d = draft(spec)
+    parsed = LLMDeploymentSpec.model_validate(spec)
+    plan_in_force = rendered(d, spec).plan
+    first = cache.observe_cache(d, parsed, plan_in_force)
+    if read:
+        assert isinstance(first, Asks) and first.cache is not None
+        status = CacheStatus(claim_name=first.cache.claim, state="Downloading", bytes=1)
+        d.world = dataclasses.replace(d.world, cache=CacheObservation(first.cache, ({"kind": "Job"},), status))
+        first = cache.observe_cache(d, parsed, plan_in_force)
+        assert d.cache_status == status
+    assert isinstance(first, kind), first
+    cache.report_cache(d)
+    assert ("ModelCached" in conditions(d)) is (read and kind is list)
+
+
+# ---- verification and calibration ---------------------------------------------------------------------------
+
+VERIFIED = {"predictedTokens": 10, "predictedBlocks": 1, "predictedKVGiB": 1.0, "actualKVGiB": 1.0,
+            "errorPercent": 0.0, "tolerancePercent": 10.0, "verified": True, "source": "metrics",
+            "vllmVersion": "0.10.1", "time": "2031-05-17T08:00:00Z", "planHash": "p", "pods": []}
+KNOWN_VERIFICATION = {
+    "nothing recorded": (None, None),
+    "garbled": ({**VERIFIED, "pods": "not a list"}, None),
+    "judged with another tolerance": ({**VERIFIED, "tolerancePercent": 5.0}, None),
+    "no plan recorded": ({**VERIFIED, "planHash": None}, None),
+    "read for plan p": (VERIFIED, Known("p", frozenset())),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_VERIFICATION))
+def test_what_status_verification_read(name: str) -> None:
+    raw, expected = KNOWN_VERIFICATION[name]
+    assert verification.known_verification(raw, 10.0) == expected
+
+
+def test_the_verification_section_asks_for_the_plans_pods_first() -> None:
+    d = draft()
+    r = rendered(d)
+    asked = verification.report_verification(d, r, 10.0, None)
+    assert asked is not None and asked.verification is not None and asked.verification.plan_hash == r.plan_hash
+    assert d.out.status == {} and d.conditions == []
+
+
+# ---- burn-in ------------------------------------------------------------------------------------------------
+
+PASSED = {"pod": "a", "passed": True, "reason": "r", "message": "m", "gpuSeconds": 1.0}
+KNOWN_BURN_IN = {
+    "nothing recorded": (None, "p", set()),
+    "garbled": ({"planHash": "p", "pods": [{**PASSED, "pod": 3}]}, "p", set()),
+    "another plan's": ({"planHash": "q", "pods": [PASSED]}, "p", set()),
+    "this plan's": ({"planHash": "p", "pods": [PASSED]}, "p", {"a"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_BURN_IN))
+def test_the_burn_in_verdicts_recorded(name: str) -> None:
+    raw, plan_hash, pods = KNOWN_BURN_IN[name]
+    assert set(burn_in.known_burn_in(raw, plan_hash)) == pods
+
+
+BURNED = {**QWEN, "verification": {"burnIn": {}}}
+BURN_IN_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    "no burn-in asked: its condition and status.burnIn go": (
+        QWEN, {"burnIn": {"planHash": "p", "pods": []},
+               "conditions": [{"type": "BurnInPassed", "status": "True"}]}, {"burnIn": None}),
+    "asked, no pod ready yet: waiting": (BURNED, {}, {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BURN_IN_CASES))
+def test_the_burn_in_section(name: str) -> None:
+    spec, status, patch = BURN_IN_CASES[name]
+    d = draft(spec, status)
+    r = rendered(d, spec)
+    d.world = dataclasses.replace(d.world, burn_in=BurnInReading(r.plan_hash))
+    signal = burn_in.report_burn_in(d, LLMDeploymentSpec.model_validate(spec), r)
+    assert signal is None
+    for key, value in patch.items():
+        assert d.out.status[key] == value
+    assert ("BurnInPassed" in conditions(d)) is (spec is BURNED)
+
+
+# ---- LoRA ---------------------------------------------------------------------------------------------------
+
+LORA = {**QWEN, "lora": {"adapters": [{"name": "a", "source": "hf://acme/a"}], "maxLoraRank": 8}}
+ADAPTER_REFUSALS = {
+    "no LoRA": (QWEN, AdapterReading(), None),
+    "an adapter within the rank": (LORA, AdapterReading(configs={"a": AdapterConfig(8, None)}), None),
+    "an adapter above the rank: refused for good": (
+        LORA, AdapterReading(configs={"a": AdapterConfig(64, None)}), ("LoRAAdapterRefused", False)),
+    "an adapter not read: retried": (LORA, AdapterReading(errors=["a: 404"]), ("LoRAAdapterUnresolved", True)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTER_REFUSALS))
+def test_the_adapters_refused(name: str) -> None:
+    spec, reading, expected = ADAPTER_REFUSALS[name]
+    refused = lora.adapter_refusal(LLMDeploymentSpec.model_validate(spec), reading)
+    assert (None if refused is None else (refused.reason, refused.retry)) == expected
+
+
+def _adapter(state: str, message: str = "") -> CachedAdapter:
+    return CachedAdapter(name=state.lower(), source="s3://b/a", folder="a", job_name="j", state=state,
+                         message=message)
+
+
+DOWNLOADS = {
+    "no cache": (None, {}),
+    "complete: served": (CacheStatus(claim_name="c", state="Complete", adapters=[_adapter("Complete")]), {}),
+    "downloading: waits": (CacheStatus(claim_name="c", state="Complete", adapters=[_adapter("Downloading")]),
+                           {"downloading": "downloading into PVC c (Job j, Downloading); served once complete"}),
+    "failed: says why": (CacheStatus(claim_name="c", state="Complete", adapters=[_adapter("Failed", "403")]),
+                         {"failed": "its download into PVC c failed: 403"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOWNLOADS))
+def test_the_adapters_still_downloading(name: str) -> None:
+    status, waiting = DOWNLOADS[name]
+    assert lora.downloads_waiting(status) == waiting
+
+
+# ---- remediation --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WorkloadCase:
+    spec: dict[str, Any]
+    workload: bool
+    evidence: bool
+    burn_in: bool = False
+    asks: set[str] = field(default_factory=set)
+
+
+WORKLOAD_CASES = {
+    "nothing read: the workload and its evidence": WorkloadCase(QWEN, False, False, asks={"workload", "evidence"}),
+    "no evidence yet: asked again": WorkloadCase(QWEN, True, False, asks={"workload", "evidence"}),
+    "read: the workload as read": WorkloadCase(QWEN, True, True),
+    "a burn-in not read yet: asked with the workload": WorkloadCase(
+        BURNED, True, True, asks={"workload", "evidence", "burn_in"}),
+    "a burn-in read: the workload as read": WorkloadCase(BURNED, True, True, burn_in=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOAD_CASES))
+def test_the_remediation_section_asks_for_the_workload_and_its_evidence(name: str) -> None:
+    case = WORKLOAD_CASES[name]
+    d = draft(case.spec)
+    r = rendered(d, case.spec)
+    d.world = dataclasses.replace(
+        d.world, workload=WorkloadView(r.plan_hash, available()) if case.workload else None,
+        evidence=Evidence(plan_id=r.plan_hash) if case.evidence else None,
+        burn_in=BurnInReading(r.plan_hash) if case.burn_in else None)
+    got = remediation.workload_of(d, LLMDeploymentSpec.model_validate(case.spec), r, RemediationState())
+    if not case.asks:
+        assert got == available()
+        return
+    assert isinstance(got, Asks)
+    assert {f.name for f in dataclasses.fields(got) if getattr(got, f.name) is not None} == case.asks
+
+
+def test_the_remediation_section_reads_only_the_operators_steps() -> None:
+    d = draft(status={"remediation": {"steps": "garbled"}})
+    ctx = context_of(LLMDeploymentSpec.model_validate(QWEN), d.world, d.settings)
+    state = remediation.read_state(d, ctx)
+    assert state.overrides == RemediationState().overrides and d.state == state
+
+
+def test_sections_write_only_through_the_draft() -> None:
+    """A section given a World that is not read yet asks; it leaves the status as read untouched."""
+    status: dict[str, Any] = {"plan": {"summary": "x"}}
+    d = draft(status=status)
+    assert isinstance(remediation.workload_of(d, LLMDeploymentSpec.model_validate(QWEN), rendered(d),
+                                              RemediationState()), Asks)
+    assert d.status == {"plan": {"summary": "x"}} and d.out.status == {}
