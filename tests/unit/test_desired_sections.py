@@ -11,8 +11,11 @@ import pytest
 
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CachedAdapter, CacheStatus, LLMDeploymentSpec, SourceStatus
+from llm_autopilot.desired.patch import merge_patch
+from llm_autopilot.desired.pipeline import desired
 from llm_autopilot.desired.planning import Rendered, context_of, counted_plan, render
 from llm_autopilot.desired.sections import burn_in, cache, lora, plan, remediation, source, verification
+from llm_autopilot.desired.status_read import read_status
 from llm_autopilot.desired.vocabulary import Asks, Draft
 from llm_autopilot.desired.world import (
     AdapterReading,
@@ -24,7 +27,8 @@ from llm_autopilot.desired.world import (
 from llm_autopilot.planner.verify import Known
 from llm_autopilot.remediation.decide import Evidence
 from llm_autopilot.remediation.state import RemediationState
-from tests.unit.test_desired_intent import NOW, QWEN, available, world_for
+from tests.unit.fakes import merge_patch as apply_patch
+from tests.unit.test_desired_intent import NOW, QWEN, _ready, available, world_for
 
 
 def draft(spec: dict[str, Any] = QWEN, status: dict[str, Any] | None = None, **world: Any) -> Draft:
@@ -36,6 +40,11 @@ def rendered(d: Draft, spec: dict[str, Any] = QWEN) -> Rendered:
     ctx = context_of(LLMDeploymentSpec.model_validate(spec), d.world, d.settings)
     choice = counted_plan(d, ctx, RemediationState().overrides)
     return render(ctx, choice, RemediationState().overrides, d.owner, d.settings, d.world.live)
+
+
+def patch(d: Draft) -> dict[str, Any]:
+    """The status patch the Draft would give now."""
+    return merge_patch(d.status, d.after)
 
 
 def conditions(d: Draft) -> dict[str, tuple[str, str]]:
@@ -71,15 +80,15 @@ def test_the_plan_section(name: str) -> None:
     d = draft()
     r = rendered(d)
     if case.same_plan:
-        d.status["plan"] = r.status.model_dump(by_alias=True, exclude_none=True)
+        d.status["plan"] = d.after["plan"] = r.status.model_dump(by_alias=True, exclude_none=True)
     if case.degraded is not None:
         d.conditions = [case.degraded]
     plan.report_plan(d, r, LLMDeploymentSpec.model_validate(QWEN), case.deployment)
     got = conditions(d)
     assert got["Planned"] == ("True", "Planned") and got["Ready"][0] == case.ready, got
     assert got["Degraded"] == case.expect_degraded, got
-    assert d.out.status["replicas"] == case.replicas and "selector" in d.out.status
-    assert ("plan" in d.out.status) is not case.same_plan
+    assert patch(d)["replicas"] == case.replicas and "selector" in patch(d)
+    assert ("plan" in patch(d)) is not case.same_plan
     assert any(e[1] == "Planned" for e in d.out.events) is not case.same_plan
 
 
@@ -106,8 +115,7 @@ SOURCE_CASES = {
                                              "jobName": "inspect-qwen", "message": ""}),
     "a field gone since: a null in the merge patch": SourceCase(
         SourceView(INSPECTED), {"uri": "s3://b/m", "state": "Inspected", "endpoint": "http://s3"},
-        patch={"uri": "pvc://models/qwen", "state": "Inspected", "jobName": "inspect-qwen", "message": "",
-               "endpoint": None}),
+        patch={"uri": "pvc://models/qwen", "jobName": "inspect-qwen", "message": "", "endpoint": None}),
     "being inspected: Planned=False, retried": SourceCase(
         SourceView(None, (), ("InspectingSource", "reading config.json")), None,
         planned=("False", "InspectingSource"), retry=True),
@@ -126,7 +134,7 @@ def test_the_source_section(name: str) -> None:
         assert conditions(d)["Planned"] == case.planned and intent.retry is case.retry
         return
     source.report_source(d, case.found)
-    assert d.out.status.get("source", "absent") == case.patch
+    assert patch(d).get("source", "absent") == case.patch
 
 
 # ---- cache --------------------------------------------------------------------------------------------------
@@ -189,7 +197,9 @@ KNOWN_VERIFICATION = {
 @pytest.mark.parametrize("name", sorted(KNOWN_VERIFICATION))
 def test_what_status_verification_read(name: str) -> None:
     raw, expected = KNOWN_VERIFICATION[name]
-    assert verification.known_verification(raw, 10.0) == expected
+    read = read_status({"verification": raw} if raw is not None else {})
+    assert verification.known_verification(read.status.verification, 10.0) == expected
+    assert bool(read.problems) is (name == "garbled")
 
 
 def test_the_verification_section_asks_for_the_plans_pods_first() -> None:
@@ -197,7 +207,7 @@ def test_the_verification_section_asks_for_the_plans_pods_first() -> None:
     r = rendered(d)
     asked = verification.report_verification(d, r, 10.0, None)
     assert asked is not None and asked.verification is not None and asked.verification.plan_hash == r.plan_hash
-    assert d.out.status == {} and d.conditions == []
+    assert patch(d) == {} and d.conditions == []
 
 
 # ---- burn-in ------------------------------------------------------------------------------------------------
@@ -214,7 +224,8 @@ KNOWN_BURN_IN = {
 @pytest.mark.parametrize("name", sorted(KNOWN_BURN_IN))
 def test_the_burn_in_verdicts_recorded(name: str) -> None:
     raw, plan_hash, pods = KNOWN_BURN_IN[name]
-    assert set(burn_in.known_burn_in(raw, plan_hash)) == pods
+    read = read_status({"burnIn": raw} if raw is not None else {})
+    assert set(burn_in.known_burn_in(read.status.burn_in, plan_hash)) == pods
 
 
 BURNED = {**QWEN, "verification": {"burnIn": {}}}
@@ -228,14 +239,14 @@ BURN_IN_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] 
 
 @pytest.mark.parametrize("name", sorted(BURN_IN_CASES))
 def test_the_burn_in_section(name: str) -> None:
-    spec, status, patch = BURN_IN_CASES[name]
+    spec, status, expected = BURN_IN_CASES[name]
     d = draft(spec, status)
     r = rendered(d, spec)
     d.world = dataclasses.replace(d.world, burn_in=BurnInReading(r.plan_hash))
     signal = burn_in.report_burn_in(d, LLMDeploymentSpec.model_validate(spec), r)
     assert signal is None
-    for key, value in patch.items():
-        assert d.out.status[key] == value
+    for key, value in expected.items():
+        assert patch(d)[key] == value
     assert ("BurnInPassed" in conditions(d)) is (spec is BURNED)
 
 
@@ -326,8 +337,69 @@ def test_the_remediation_section_reads_only_the_operators_steps() -> None:
 
 def test_sections_write_only_through_the_draft() -> None:
     """A section given a World that is not read yet asks; it leaves the status as read untouched."""
-    status: dict[str, Any] = {"plan": {"summary": "x"}}
+    status: dict[str, Any] = {"observedGeneration": 2}
     d = draft(status=status)
     assert isinstance(remediation.workload_of(d, LLMDeploymentSpec.model_validate(QWEN), rendered(d),
                                               RemediationState()), Asks)
-    assert d.status == {"plan": {"summary": "x"}} and d.out.status == {}
+    assert d.raw == {"observedGeneration": 2} and patch(d) == {}
+
+
+# ---- the status patch ---------------------------------------------------------------------------------------
+
+MERGE_PATCHES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    "equal: nothing": ({"a": 1, "b": {"c": [1]}}, {"a": 1, "b": {"c": [1]}}, {}),
+    "a key removed: null": ({"a": 1, "b": 2}, {"a": 1}, {"b": None}),
+    "a key added": ({}, {"a": {"b": 1}}, {"a": {"b": 1}}),
+    "an object changed: only its changed fields, nulls for the gone ones": (
+        {"a": {"b": 1, "c": 2, "d": 3}}, {"a": {"b": 1, "c": 5}}, {"a": {"c": 5, "d": None}}),
+    "a list changed: replaced whole": ({"a": [1, 2]}, {"a": [2]}, {"a": [2]}),
+    "a garbled value replaced by an object: the whole object": ({"a": "junk"}, {"a": {"b": 1}}, {"a": {"b": 1}}),
+    "a None in the decided status: absent": ({"a": 1}, {"a": None}, {"a": None}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MERGE_PATCHES))
+def test_the_merge_patch(name: str) -> None:
+    before, after, expected = MERGE_PATCHES[name]
+    assert merge_patch(before, after) == expected
+    assert apply_patch(before, expected) == {k: v for k, v in after.items() if v is not None}  # RFC 7386 applied
+
+
+# ---- the status read ----------------------------------------------------------------------------------------
+
+GARBLED = {
+    "conditions not a list": ("conditions", "junk"),
+    "a condition without a type": ("conditions", [{"status": "True", "reason": "r"}]),
+    "a condition that is a string": ("conditions", ["Planned"]),
+    "a plan that is a number": ("plan", 7),
+    "status.burnIn garbled": ("burnIn", {"planHash": ["x"]}),
+    "status.cache garbled": ("cache", {"state": "Exploded"}),
+    "status.source garbled": ("source", "s3://elsewhere"),
+    "status.verification garbled": ("verification", {"pods": 3}),
+    "status.kvCalibration garbled": ("kvCalibration", ["x"]),
+    "status.loraSources garbled": ("loraSources", {"a": 1}),
+    "status.lora garbled": ("lora", 1),
+    "status.replicas garbled": ("replicas", "three"),
+    "status.observedGeneration garbled": ("observedGeneration", {"x": 1}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GARBLED))
+def test_a_status_field_that_does_not_parse_is_reported_and_decided_again(name: str) -> None:
+    key, junk = GARBLED[name]
+    intent = desired(QWEN, {key: junk}, _ready(QWEN), NOW)  # never a traceback
+    said = {c["type"]: c for c in intent.conditions}["StatusRead"]
+    assert said["status"] == "False" and f"status.{key}" in said["message"], said
+    assert ("Warning", "StatusUnreadable", said["message"]) in intent.events
+    assert intent.objects and {c["type"]: c["status"] for c in intent.conditions}["Planned"] == "True"
+    assert key in intent.status  # rewritten, or removed (null)
+    # the next pass reads a clean status: said once, then True again
+    clean = apply_patch({key: junk}, intent.status)
+    again = desired(QWEN, clean, _ready(QWEN), NOW)
+    assert {c["type"]: c["status"] for c in again.conditions}["StatusRead"] == "True"
+    assert not any(e[1] == "StatusUnreadable" for e in again.events)
+
+
+def test_a_status_that_parses_says_nothing_of_it() -> None:
+    intent = desired(QWEN, {}, _ready(QWEN), NOW)
+    assert "StatusRead" not in {c["type"] for c in intent.conditions}

@@ -14,6 +14,8 @@ from typing import Any
 from llm_autopilot.api.conditions import PLANNED, set_condition
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
 from llm_autopilot.desired.calibration import SampleToRecord
+from llm_autopilot.desired.patch import merge_patch
+from llm_autopilot.desired.status_read import STATUS_READ, read_status, status_read_condition
 from llm_autopilot.desired.world import OperatorDefaults, Target, World
 from llm_autopilot.domain.burn_in import BurnInLoad
 from llm_autopilot.planner import verify
@@ -166,13 +168,10 @@ class Intent:
 
 # ---- the accumulator every section writes its part into ------------------------------------------------------
 
-def changed(current: Mapping[str, Any], key: str, value: Any) -> bool:
-    return bool(current.get(key) != value)
-
-
 class Draft:
     """One pass over one object: the status as read, the World, the clock, and what the sections decided so far
-    (the Intent under construction, the conditions, the remediation state)."""
+    (the Intent under construction, the status as decided, the conditions, the remediation state). The Intent's
+    status is the merge patch from the status as read to the status as decided (``finish``)."""
 
     def __init__(self, status: dict[str, Any], world: World, now: datetime) -> None:
         assert world.operator is not None, "the World names the operator's settings"
@@ -180,11 +179,17 @@ class Draft:
         self.settings: OperatorDefaults = world.operator
         self.owner = world.owner
         self.generation = world.generation
-        self.status = status
+        #: the status as read; parsed once: what parses (``read``, and as the sections read it: ``status``)
+        self.raw = status
+        read = read_status(status)
+        self.read = read.status
+        self.status = read.readable
+        #: the status as decided so far: the sections replace or remove whole keys of it
+        self.after: dict[str, Any] = dict(read.readable)
         self.out = Intent()
         self.now = now
         self.stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
+        self.conditions: list[dict[str, Any]] = list(self.status.get("conditions") or [])
         #: the remediation state as read, and as it stands now (None until the spec could be resolved)
         self.origin: RemediationState | None = None
         self.state: RemediationState | None = None
@@ -192,6 +197,11 @@ class Draft:
         self.cache_status: CacheStatus | None = None
         #: a pod of the plan in force waits for its burn-in
         self.burning = False
+        if (said := status_read_condition(read, self.conditions)) is not None:
+            before = self.conditions
+            self.condition(STATUS_READ, *said)
+            if not said[0] and before != self.conditions:
+                self.event("Warning", "StatusUnreadable", said[2])
 
     @property
     def author(self) -> Author:
@@ -205,9 +215,16 @@ class Draft:
         self.out.events.append((type_, reason, message))
 
     def put(self, key: str, value: Any) -> None:
-        """status[key] in the patch, when it differs from the status as read."""
-        if changed(self.status, key, value):
-            self.out.status[key] = value
+        """status[key] as decided (None: removed)."""
+        if value is None:
+            self.after.pop(key, None)
+        else:
+            self.after[key] = value
+
+    def patch_of(self, key: str) -> Any:
+        """status[key]'s part of the merge patch (None: removed, or unchanged)."""
+        return merge_patch({key: self.raw[key]} if key in self.raw else {},
+                           {key: self.after[key]} if key in self.after else {}).get(key)
 
     def asking(self, asks: Asks) -> Intent:
         """Not decided yet: read these first (the plan chosen so far goes along, for the admission webhook)."""
@@ -230,6 +247,7 @@ class Draft:
         if self.state is not None:
             self.state = self.state.attested(self.author)
             if self.state != self.origin or self.repaired:
-                self.out.status["remediation"] = self.state.to_status()
+                self.put("remediation", self.state.to_status())
+        self.out.status = merge_patch(self.raw, self.after)
         self.out.conditions = self.conditions
         return self.out

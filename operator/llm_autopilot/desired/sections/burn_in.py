@@ -4,8 +4,6 @@ load is remediation evidence."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from llm_autopilot.api.v1alpha1 import BurnInStatus, LLMDeploymentSpec, PodBurnInStatus
 from llm_autopilot.desired import burn_in
 from llm_autopilot.desired.planning import Rendered
@@ -16,15 +14,9 @@ from llm_autopilot.render.vllm_args import VLLM_PORT
 from llm_autopilot.render.workload import Shape
 
 
-def known_burn_in(raw: Any, plan_hash: str) -> dict[str, burn_in.BurnInVerdict]:
-    """The verdicts status.burnIn holds for this plan's pods (none for another plan, or an unreadable one)."""
-    if not isinstance(raw, dict):
-        return {}
-    try:
-        known = BurnInStatus.model_validate(raw)
-    except ValueError:
-        return {}
-    if known.plan_hash != plan_hash:
+def known_burn_in(known: BurnInStatus | None, plan_hash: str) -> dict[str, burn_in.BurnInVerdict]:
+    """The verdicts status.burnIn holds for this plan's pods (none for another plan)."""
+    if known is None or known.plan_hash != plan_hash:
         return {}
     return {p.pod: burn_in.BurnInVerdict(p.pod, p.passed, p.reason, p.message, p.gpu_seconds) for p in known.pods}
 
@@ -35,8 +27,7 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
     wanted = spec.verification.burn_in
     if wanted is None:
         d.conditions = [c for c in d.conditions if c.get("type") != burn_in.BURN_IN_PASSED]
-        if d.status.get("burnIn") is not None:
-            d.out.status["burnIn"] = None
+        d.put("burnIn", None)
         d.out.burn_in_keep = ()
         return None
     seen = d.world.burn_in
@@ -46,7 +37,7 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
         concurrency=wanted.concurrency or spec.serving.expected_concurrency or 1, max_tokens=wanted.max_tokens,
         timeout_seconds=float(wanted.timeout_seconds), max_total_tokens=wanted.max_total_tokens)
     load = burn_in.load_for(config, model=spec.model.served_name, port=VLLM_PORT, settings=settings)
-    known = known_burn_in(d.status.get("burnIn"), r.plan_hash)
+    known = known_burn_in(d.read.burn_in, r.plan_hash)
     judged: list[tuple[str, burn_in.BurnInVerdict | None]] = []
     records: list[PodBurnInStatus] = []
     signal: tuple[str, Classification] | None = None

@@ -34,12 +34,7 @@ def observe_cache(d: Draft, spec: LLMDeploymentSpec, plan: Plan) -> list[dict[st
                                rollout.checkpoint_bytes(plan.config), hub_endpoint=d.settings.hub_endpoint)
     seen = d.world.cache
     if seen is None or seen.inputs != inputs:
-        previous = d.status.get("cache")
-        try:
-            known = CacheStatus.model_validate(previous) if isinstance(previous, dict) else None
-        except ValueError:
-            known = None
-        return Asks(cache=inputs, known_cache=known)
+        return Asks(cache=inputs, known_cache=d.read.cache)
     d.cache_status = seen.status
     return list(seen.objects)
 

@@ -37,7 +37,7 @@ def report_plan(d: Draft, r: Rendered, spec: LLMDeploymentSpec, deployment: dict
     selector; Degraded=False unless remediation said otherwise; an Event per new plan warning."""
     plan_dict = r.status.model_dump(by_alias=True, exclude_none=True)
     if d.status.get("plan") != plan_dict:
-        d.out.status["plan"] = plan_dict
+        d.put("plan", plan_dict)
         d.event("Normal", "Planned", f"{r.plan.summary}, {r.status.quantization} weights, "
                                      f"{r.status.kv_cache_dtype} KV, max_model_len {r.status.max_model_len}")
     memory = r.status.memory

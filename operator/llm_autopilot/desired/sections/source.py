@@ -13,10 +13,7 @@ from llm_autopilot.remediation.text import clean_line
 
 def report_source(d: Draft, found: SourceView | None) -> None:
     """status.source: what was read (removed when nothing was)."""
-    value = found.status.model_dump(by_alias=True, exclude_none=True) if found and found.status else None
-    if d.status.get("source") != value:
-        old = d.status.get("source")  # a merge patch: the fields it no longer has go as nulls
-        d.out.status["source"] = {**dict.fromkeys(old), **value} if value and isinstance(old, dict) else value
+    d.put("source", found.status.model_dump(by_alias=True, exclude_none=True) if found and found.status else None)
 
 
 def inspecting(d: Draft, found: SourceView) -> Intent:

@@ -3,8 +3,6 @@ own KV figures of the plan's Ready pods, read once per plan and judged by planne
 
 from __future__ import annotations
 
-from typing import Any
-
 from llm_autopilot.api.v1alpha1 import KVCalibrationStatus, VerificationStatus
 from llm_autopilot.desired.calibration import Calibrations, sample_of
 from llm_autopilot.desired.planning import Rendered, calibration_key
@@ -12,16 +10,10 @@ from llm_autopilot.desired.vocabulary import Asks, Draft, VerificationAsk
 from llm_autopilot.planner import verify
 
 
-def known_verification(raw: Any, tolerance_percent: float) -> verify.Known | None:
-    """Which plan and pods status.verification read (None: nothing readable, or judged with another tolerance
-    than the spec's now: read again and judge again)."""
-    if not isinstance(raw, dict):
-        return None
-    try:
-        known = VerificationStatus.model_validate(raw)
-    except ValueError:
-        return None
-    if known.plan_hash is None or known.tolerance_percent != tolerance_percent:
+def known_verification(known: VerificationStatus | None, tolerance_percent: float) -> verify.Known | None:
+    """Which plan and pods status.verification read (None: nothing read, or judged with another tolerance than
+    the spec's now: read again and judge again)."""
+    if known is None or known.plan_hash is None or known.tolerance_percent != tolerance_percent:
         return None
     return verify.Known(known.plan_hash, frozenset(p.pod for p in known.pods) | {s.pod for s in known.stages or ()})
 
@@ -29,19 +21,16 @@ def known_verification(raw: Any, tolerance_percent: float) -> verify.Known | Non
 def report_calibration(d: Draft, r: Rendered, calibrations: Calibrations) -> KVCalibrationStatus:
     """status.kvCalibration: the calibrations this spec plans with (chosen once per spec, replicas aside)."""
     pin = calibrations.pin_for(calibration_key(r), r.plan.estimate)
-    value = pin.model_dump(by_alias=True, exclude_none=True, mode="json")
-    if d.status.get("kvCalibration") != value:
-        old = d.status.get("kvCalibration")  # a merge patch: the fields it no longer has go as nulls
-        d.out.status["kvCalibration"] = {**dict.fromkeys(old), **value} if isinstance(old, dict) else value
-        if calibrations.kept:  # recorded before the objects that plan with it (no store: nothing to choose)
-            d.out.pin = d.out.status["kvCalibration"]
+    d.put("kvCalibration", pin.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    if calibrations.kept and (patch := d.patch_of("kvCalibration")) is not None:
+        d.out.pin = patch  # recorded before the objects that plan with it (no store: nothing to choose)
     return pin
 
 
 def report_verification(d: Draft, r: Rendered, tolerance: float, calibration: str | None) -> Asks | None:
     """status.verification and PlanVerified: the plan's Ready pods read once per plan (asked for, then judged);
     what they read is also a calibration sample. ``calibration``: what the plan applied (None: none)."""
-    known = known_verification(d.status.get("verification"), tolerance)
+    known = known_verification(d.read.verification, tolerance)
     seen = d.world.verification
     if seen is None or seen.plan_hash != r.plan_hash:
         return Asks(verification=VerificationAsk(d.owner.namespace, d.owner.name, r.plan_hash, known))
