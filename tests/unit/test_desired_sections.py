@@ -11,6 +11,7 @@ import pytest
 
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CachedAdapter, CacheStatus, LLMDeploymentSpec, SourceStatus
+from llm_autopilot.desired.lora_sync import LoRAReading, PodView, Served
 from llm_autopilot.desired.patch import merge_patch
 from llm_autopilot.desired.pipeline import desired
 from llm_autopilot.desired.planning import Rendered, context_of, counted_plan, render
@@ -44,7 +45,7 @@ def rendered(d: Draft, spec: dict[str, Any] = QWEN) -> Rendered:
 
 def patch(d: Draft) -> dict[str, Any]:
     """The status patch the Draft would give now."""
-    return merge_patch(d.status, d.after)
+    return merge_patch(d.raw, d.after)
 
 
 def conditions(d: Draft) -> dict[str, tuple[str, str]]:
@@ -80,7 +81,7 @@ def test_the_plan_section(name: str) -> None:
     d = draft()
     r = rendered(d)
     if case.same_plan:
-        d.status["plan"] = d.after["plan"] = r.status.model_dump(by_alias=True, exclude_none=True)
+        d.raw["plan"] = d.status["plan"] = d.after["plan"] = r.status.model_dump(by_alias=True, exclude_none=True)
     if case.degraded is not None:
         d.conditions = [case.degraded]
     plan.report_plan(d, r, LLMDeploymentSpec.model_validate(QWEN), case.deployment)
@@ -403,3 +404,63 @@ def test_a_status_field_that_does_not_parse_is_reported_and_decided_again(name: 
 def test_a_status_that_parses_says_nothing_of_it() -> None:
     intent = desired(QWEN, {}, _ready(QWEN), NOW)
     assert "StatusRead" not in {c["type"] for c in intent.conditions}
+
+
+# ---- status.lora ---------------------------------------------------------------------------------------------
+
+RUNTIME_LORA = {**QWEN, "lora": {"adapters": [{"name": "sql", "source": "hf://org/sql"}], "maxLoraRank": 8}}
+SQL = Served("sql", "org/sql")
+FAILED_LOAD = ("Warning", "LoRAAdapterFailed", "load sql on p-0: 500: boom")
+
+
+@dataclass(frozen=True)
+class LoRACase:
+    spec: dict[str, Any]
+    reading: LoRAReading | None
+    #: status.lora as read: a pass on the same reading's (True), or none
+    previous: bool = False
+    #: the effect asked of the shell, status.lora decided (absent: not yet), settled, events said
+    asks: bool = False
+    status: bool = False
+    settled: bool = True
+    events: int = 0
+
+
+LORA_CASES = {
+    "no LoRA: status.lora goes, no pod is called": LoRACase(QWEN, None, previous=True),
+    "LoRA, pods not brought yet: the shell is asked": LoRACase(RUNTIME_LORA, None, asks=True),
+    "every pod serves the adapter: settled": LoRACase(RUNTIME_LORA, LoRAReading((PodView("p-0", (SQL,)),)),
+                                                      status=True),
+    "a pod failed to load it: said, unsettled": LoRACase(
+        RUNTIME_LORA, LoRAReading((PodView("p-0", (), {"sql": "500: boom"}),), (FAILED_LOAD,)), status=True,
+        settled=False, events=1),
+    "the same failure already in the status: not said again": LoRACase(
+        RUNTIME_LORA, LoRAReading((PodView("p-0", (), {"sql": "500: boom"}),), (FAILED_LOAD,)),
+        previous=True, status=True, settled=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LORA_CASES))
+def test_the_lora_section(name: str) -> None:
+    case = LORA_CASES[name]
+
+    def report(status: dict[str, Any] | None) -> Draft:
+        d = draft(case.spec, status)
+        d.world = dataclasses.replace(d.world, lora=case.reading or LoRAReading((PodView("p-0", (SQL,)),)))
+        d.out.settled = True
+        lora.report_lora(d, LLMDeploymentSpec.model_validate(RUNTIME_LORA), rendered(d, case.spec).plan.config)
+        return d
+
+    previous = report(None).after["lora"] if case.previous else None
+    d = draft(case.spec, {"lora": previous} if previous else None)
+    d.world = dataclasses.replace(d.world, lora=case.reading)
+    d.out.settled = True
+    lora.report_lora(d, LLMDeploymentSpec.model_validate(case.spec), rendered(d, case.spec).plan.config)
+    assert (d.out.lora is not None) is case.asks
+    if case.spec is QWEN:
+        assert patch(d) == ({"lora": None} if case.previous else {})
+    elif case.status:
+        assert d.after["lora"]["adapters"][0]["name"] == "sql"
+    else:
+        assert "lora" not in d.after
+    assert d.out.settled is case.settled and len(d.out.events) == case.events

@@ -39,12 +39,14 @@ from llm_autopilot.controller.gather import (
 )
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings, SaturationRounds
+from llm_autopilot.controller.observed import INSTANCE_LABEL
 from llm_autopilot.controller.quiet import OPERATOR_VERSION, QuietMemory, Seen, fingerprint, later, metrics_verdict
 from llm_autopilot.controller.settings import OperatorSettings
-from llm_autopilot.desired import planning
+from llm_autopilot.desired import lora_sync, planning
+from llm_autopilot.desired.lora_sync import LoRAReading
 from llm_autopilot.desired.pipeline import desired
 from llm_autopilot.desired.planning import Context, Rendered, context_of, limits, render
-from llm_autopilot.desired.vocabulary import MODEL_CACHED, Asks, Intent, WorkloadAsk
+from llm_autopilot.desired.vocabulary import MODEL_CACHED, Asks, Intent, LoRAAsk, WorkloadAsk
 from llm_autopilot.desired.world import (
     Applied,
     CacheObservation,
@@ -252,22 +254,23 @@ class Reconciler:
                            retry_delay=1.0, writes=self.writes)
         self.writes += written
         if written and decided.after is not None:  # Ready from the workload as the write left it
-            after = Applied(view=workload_view(self.kube, decided.after))
-            decided, _ = self.settle(spec_body, dataclasses.replace(world, applied=after))
-        return self.sync_lora(decided, self.outcome(decided, recorded=tuple(recorded)))
+            world = dataclasses.replace(world, applied=Applied(view=workload_view(self.kube, decided.after)))
+            decided, _ = self.settle(spec_body, world)
+        if decided.lora is not None:  # status.lora from what the pods answer once brought to the spec
+            decided, _ = self.settle(spec_body, dataclasses.replace(world, lora=self.sync_lora(decided.lora)))
+        return self.outcome(decided, recorded=tuple(recorded))
 
-    def sync_lora(self, decided: Intent, out: Outcome) -> Outcome:
-        """After the children are written: the Ready pods' LoRA adapters brought to the spec (runtime updates),
-        and status.lora saying where each adapter is served and how changes apply."""
-        if decided.lora is None:
-            return out
-        synced = lora_runtime.sync(self.kube, self.owner, decided.lora.spec, decided.lora.config,
-                                   previous=self.status.get("lora"), waiting=decided.lora.waiting)
-        if self.status.get("lora") != synced.status:
-            out.status["lora"] = synced.status
-        out.events += synced.events
-        out.settled = out.settled and synced.settled
-        return out
+    def sync_lora(self, asked: LoRAAsk) -> LoRAReading:
+        """After the children are written: the Ready pods' LoRA adapters brought to the spec (runtime updates;
+        with rollout updates only read), and what each pod serves then."""
+        updates = lora_sync.updates_for(asked.spec, asked.config.vllm.version, nodes=asked.config.nodes)
+        if updates is None:
+            return LoRAReading()
+        pods = lora_runtime.ready_pods(self.kube.pods(self.owner.namespace, f"{INSTANCE_LABEL}={self.owner.name}"))
+        views, events = lora_runtime.sync_pods(updates, lora_sync.wanted(asked.spec, tuple(asked.waiting)), pods)
+        for _, reason, message in events:
+            logger.info("%s/%s: %s: %s", self.owner.namespace, self.owner.name, reason, message)
+        return LoRAReading(tuple(views), tuple(events))
 
     def read(self, spec_body: dict[str, Any]) -> World:
         """The World desired() starts from: the object, the pvc:// source's inspection, then read_world's

@@ -118,6 +118,6 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
                                              pin.message if pin.ratio is not None else None)
     if asks is not None:
         return d.asking(asks)
-    lora.lora_sync(d, spec, final.plan.config)
     cache.report_cache(d)
+    lora.report_lora(d, spec, final.plan.config)
     return d.finish()

@@ -134,7 +134,8 @@ class Intent:
     asks: Asks | None = None
     #: the workload to read again once the objects are written (the plan they carry)
     after: WorkloadAsk | None = None
-    #: the LoRA adapters to bring the Ready pods to once the objects are written (controller/lora_runtime.py)
+    #: the LoRA adapters to bring the Ready pods to once the objects are written (controller/lora_runtime.py);
+    #: what they answer is given back (World.lora) and status.lora decided from it
     lora: LoRAAsk | None = None
     retry: bool = False
     retry_reason: str = "model could not be resolved yet; retrying"

@@ -1,5 +1,6 @@
 """Section: LoRA adapters: whether the spec's adapters may be deployed, status.loraSources (what the pvc://
-adapters' inspect Jobs read), and what the shell brings the Ready pods to once the objects are written."""
+adapters' inspect Jobs read), and status.lora from what the Ready pods answer once the shell brought them to the
+spec's adapters."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 
 from llm_autopilot.api.lora import lora_refusal
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
+from llm_autopilot.desired import lora_sync
 from llm_autopilot.desired.vocabulary import Draft, LoRAAsk
 from llm_autopilot.desired.world import AdapterReading
 from llm_autopilot.planner.config import ServingConfig
@@ -51,7 +53,24 @@ def downloads_waiting(status: CacheStatus | None) -> dict[str, str]:
     return waiting
 
 
-def lora_sync(d: Draft, spec: LLMDeploymentSpec, config: ServingConfig) -> None:
-    """The adapters to bring the Ready pods to once the objects are written (without LoRA, status.lora goes: no
-    pod is called), the s3:// ones still downloading left out."""
-    d.out.lora = LoRAAsk(spec, config, downloads_waiting(d.cache_status))
+def report_lora(d: Draft, spec: LLMDeploymentSpec, config: ServingConfig) -> None:
+    """status.lora: where each adapter is served, from what the Ready pods answered once brought to the spec
+    (asked of the shell first, the s3:// adapters still downloading left out); unsettled until every pod serves
+    exactly the spec's adapters. Without LoRA status.lora goes and no pod is called."""
+    updates = lora_sync.updates_for(spec, config.vllm.version, nodes=config.nodes)
+    if updates is None:
+        d.put("lora", None)
+        return
+    waiting = downloads_waiting(d.cache_status)
+    reading = d.world.lora
+    if reading is None:
+        d.out.lora = LoRAAsk(spec, config, waiting)
+        return
+    status = lora_sync.lora_status(updates, lora_sync.wanted(spec, tuple(waiting)), reading.views,
+                                   sources=lora_sync.sources(spec), waiting=waiting)
+    previous = d.status.get("lora")
+    for event in reading.events:
+        if not lora_sync.repeated(event, previous):
+            d.event(*event)
+    d.put("lora", status.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    d.out.settled = d.out.settled and lora_sync.settled(status)
