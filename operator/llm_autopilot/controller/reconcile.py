@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -46,7 +46,7 @@ from llm_autopilot.desired import lora_sync, planning
 from llm_autopilot.desired.lora_sync import LoRAReading
 from llm_autopilot.desired.pipeline import desired
 from llm_autopilot.desired.planning import Context, Rendered, context_of, limits, render
-from llm_autopilot.desired.vocabulary import MODEL_CACHED, Asks, Intent, LoRAAsk, WorkloadAsk
+from llm_autopilot.desired.vocabulary import MODEL_CACHED, Asks, Intent, LoRAAsk, Report, WorkloadAsk
 from llm_autopilot.desired.world import (
     Applied,
     CacheObservation,
@@ -79,10 +79,10 @@ __all__ = [
     "context",
     "context_of",
     "limits",
-    "plan_with",
     "reconcile",
     "render",
     "resync",
+    "timed_plan",
     "workload_view",
 ]
 
@@ -133,24 +133,18 @@ class BurnInRuns(BurnIns, Protocol):
 
 
 @dataclass
-class Outcome:
-    status: dict[str, Any] = field(default_factory=dict)  # only the keys that change
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+class Outcome(Report):
+    """The Intent's Report as the handlers get it, with what the shell did: the writes made, and whether the
+    reconcile was a full one."""
+
     writes: int = 0
-    retry: bool = False
-    #: for the quiet resync: whether the same inputs would decide the same again, until ``due``; the plan in
-    #: force and what Prometheus said about its pods
-    settled: bool = False
-    due: datetime | None = None
-    plan_hash: str | None = None
-    metrics: str = ""
-    #: the KV-saturation question the reconcile asked Prometheus: (window seconds, threshold)
-    kv_question: tuple[int, float] | None = None
     #: False for a quiet resync (nothing was planned, rendered or read)
     full: bool = True
-    #: why a retry is asked for, and after how many seconds
-    retry_reason: str = "model could not be resolved yet; retrying"
-    retry_delay: float = 30.0
+
+    @classmethod
+    def of(cls, decided: Report, *, status: dict[str, Any], writes: int) -> Outcome:
+        report = {f.name: getattr(decided, f.name) for f in dataclasses.fields(Report)}
+        return cls(**{**report, "status": status, "events": list(decided.events)}, writes=writes)
 
 
 def _utcnow() -> datetime:
@@ -170,7 +164,7 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: Op
     return context_of(spec, World(read_model(spec, namespace, kube, settings), read_nodes(kube)), settings)
 
 
-def plan_with(ctx: Context, overrides: Overrides) -> PoolChoice:
+def timed_plan(ctx: Context, overrides: Overrides) -> PoolChoice:
     """desired's plan_with, timed and counted (for tools and tests that plan outside a reconcile)."""
     with telemetry.PLAN_SECONDS.time():
         choice = planning.plan_with(ctx, overrides)
@@ -201,8 +195,9 @@ def gatherer_for(kube: Cluster, settings: OperatorSettings) -> Gatherer:
                     labels=client, versions=read_vllm_version)
 
 
-#: how often one reconcile may be asked to read more before deciding (the cache, then the workload and evidence)
-_ROUNDS = 5  # the model cache, the workload and its evidence, the plan's KV figures, then the decision
+#: how many times desired() may run in one settle: it asks at most for the model cache, then the workload with
+#: its evidence (and its burn-in), then the plan's KV figures, and decides on the next
+_ROUNDS = 5
 
 
 class Reconciler:
@@ -324,27 +319,10 @@ class Reconciler:
         raise RuntimeError(f"desired() still asks after {_ROUNDS} rounds: {decided.asks}")
 
     def answer(self, asks: Asks, world: World) -> World:
-        """Read what desired() asked for into the World."""
-        if asks.cache is not None:
-            objects, status = cache_step.observe(self.kube, asks.cache, asks.known_cache)
-            world = dataclasses.replace(world, cache=CacheObservation(asks.cache, tuple(objects), status))
-        if asks.workload is not None:
-            view = workload_view(self.kube, asks.workload)
-            world = dataclasses.replace(world, workload=WorkloadView(asks.workload.plan_hash, view))
-            if asks.evidence is not None:
-                evidence = self.gatherer.gather(dataclasses.replace(asks.evidence, deployment=view))
-                world = dataclasses.replace(world, evidence=evidence)
-        if asks.burn_in is not None:
-            b = asks.burn_in
-            runs = self.burn_ins if self.burn_ins is not None else _NO_RUNS
-            world = dataclasses.replace(world, burn_in=read_burn_in(self.kube, runs, b.namespace, b.name,
-                                                                    b.plan_hash))
-        if asks.verification is not None:
-            asked = asks.verification
-            ready = self.gatherer.ready_plan_pods(asked.namespace, asked.name, asked.plan_hash)
-            readings = self.gatherer.kv_figures(asked.namespace, verify.pods_to_read(asked.known, asked.plan_hash,
-                                                                                    ready), instance=asked.name)
-            world = dataclasses.replace(world, verification=VerificationReading(asked.plan_hash, readings))
+        """Read what desired() asked for into the World (READERS: one reader per ask)."""
+        for ask, read in READERS.items():
+            if getattr(asks, ask) is not None:
+                world = read(self, asks, world)
         return world
 
     def outcome(self, decided: Intent, *, recorded: tuple[str, ...]) -> Outcome:
@@ -359,31 +337,9 @@ class Reconciler:
             telemetry.PLANS.labels(outcome).inc()
         for signal, kind in decided.counts:
             telemetry.REMEDIATION_STEPS.labels(signal, kind).inc()
-        sample = decided.calibration_sample
-        if sample is not None and self.calibration is not None and self.calibration.record(sample, self.now):
-            self.writes += 1
-        self.burn_in(decided)
-        return Outcome(status=status, events=list(decided.events), writes=self.writes, retry=decided.retry,
-                       settled=decided.settled, due=decided.due, plan_hash=decided.plan_hash,
-                       metrics=decided.metrics, kv_question=decided.kv_question,
-                       retry_reason=decided.retry_reason, retry_delay=decided.retry_delay)
-
-    def burn_in(self, decided: Intent) -> None:
-        """The burn-in runs desired() started, those it no longer needs dropped, and the readiness gates it
-        judged (a pod that went meanwhile is no error: its replacement is judged on its own)."""
-        if self.burn_ins is not None:
-            for start in decided.burn_in_starts:
-                self.burn_ins.start(start.uid, start.ip, start.load, owner=self.owner.uid)
-            if decided.burn_in_keep is not None:
-                self.burn_ins.keep(self.owner.uid, decided.burn_in_keep)
-        for gate in decided.gate_writes:
-            try:
-                self.kube.patch_pod_condition(self.owner.namespace, gate.pod, gate.condition)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                continue
-            self.writes += 1
+        for execute in EFFECTS:
+            execute(self, decided)
+        return Outcome.of(decided, status=status, writes=self.writes)
 
     def record_first(self, status: dict[str, Any]) -> None:
         """Write a remediation step (or relax) and a new calibration choice to the status before the children
@@ -398,6 +354,87 @@ class Reconciler:
                 raise StatusConflict(api_message(exc)) from exc
             raise
         self.writes += 1
+
+
+# ---- the readers: what desired() asks for, read into the World ----------------------------------------------
+
+def _read_cache(r: Reconciler, asks: Asks, world: World) -> World:
+    """The model cache's Jobs and download state for the inputs asked (with the status recorded so far)."""
+    assert asks.cache is not None
+    objects, status = cache_step.observe(r.kube, asks.cache, asks.known_cache)
+    return dataclasses.replace(world, cache=CacheObservation(asks.cache, tuple(objects), status))
+
+
+def _read_workload(r: Reconciler, asks: Asks, world: World) -> World:
+    """The plan in force's workload, and remediation's evidence about it."""
+    assert asks.workload is not None
+    view = workload_view(r.kube, asks.workload)
+    world = dataclasses.replace(world, workload=WorkloadView(asks.workload.plan_hash, view))
+    if asks.evidence is not None:
+        world = dataclasses.replace(world, evidence=r.gatherer.gather(dataclasses.replace(asks.evidence,
+                                                                                          deployment=view)))
+    return world
+
+
+def _read_burn_in(r: Reconciler, asks: Asks, world: World) -> World:
+    """The plan's pods' burn-in: their gates and what the operator's runs measured."""
+    b = asks.burn_in
+    assert b is not None
+    runs = r.burn_ins if r.burn_ins is not None else _NO_RUNS
+    return dataclasses.replace(world, burn_in=read_burn_in(r.kube, runs, b.namespace, b.name, b.plan_hash))
+
+
+def _read_verification(r: Reconciler, asks: Asks, world: World) -> World:
+    """vLLM's own KV figures of the plan's Ready pods not read yet."""
+    asked = asks.verification
+    assert asked is not None
+    ready = r.gatherer.ready_plan_pods(asked.namespace, asked.name, asked.plan_hash)
+    readings = r.gatherer.kv_figures(asked.namespace, verify.pods_to_read(asked.known, asked.plan_hash, ready),
+                                     instance=asked.name)
+    return dataclasses.replace(world, verification=VerificationReading(asked.plan_hash, readings))
+
+
+#: each ask (a field of Asks; ``known_cache`` and ``evidence`` go with ``cache`` and ``workload``) and its reader
+READERS: dict[str, Callable[[Reconciler, Asks, World], World]] = {
+    "cache": _read_cache, "workload": _read_workload, "burn_in": _read_burn_in, "verification": _read_verification,
+}
+
+
+# ---- the executors: what an Intent leaves the shell to do once its objects are written -----------------------
+
+def _record_calibration(r: Reconciler, decided: Intent) -> None:
+    """vLLM's figures read this pass, as a sample for the calibration store (when the operator keeps one)."""
+    sample = decided.calibration_sample
+    if sample is not None and r.calibration is not None and r.calibration.record(sample, r.now):
+        r.writes += 1
+
+
+def _run_burn_ins(r: Reconciler, decided: Intent) -> None:
+    """The burn-in runs desired() started, and those it no longer needs dropped."""
+    if r.burn_ins is None:
+        return
+    for start in decided.burn_in_starts:
+        r.burn_ins.start(start.uid, start.ip, start.load, owner=r.owner.uid)
+    if decided.burn_in_keep is not None:
+        r.burn_ins.keep(r.owner.uid, decided.burn_in_keep)
+
+
+def _write_gates(r: Reconciler, decided: Intent) -> None:
+    """The readiness gates desired() judged (a pod that went meanwhile is no error: its replacement is judged on
+    its own)."""
+    for gate in decided.gate_writes:
+        try:
+            r.kube.patch_pod_condition(r.owner.namespace, gate.pod, gate.condition)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            continue
+        r.writes += 1
+
+
+#: the effects an Intent names, each with its executor, in this order (the objects themselves -- the cache's and
+#: the inspect Jobs among them -- are applied before, all or none; the LoRA sync is read back: Reconciler.run)
+EFFECTS: tuple[Callable[[Reconciler, Intent], None], ...] = (_record_calibration, _run_burn_ins, _write_gates)
 
 
 class _NoRuns:

@@ -117,26 +117,13 @@ class LoRAAsk:
 
 
 @dataclass
-class Intent:
-    """What one reconcile means to write: the objects (all or none), then the status (only the keys that
-    change, the conditions among them) and the Events; ``step`` and ``pin`` are the status to record before
-    the objects that carry them (remediation's step, the calibration chosen). ``asks``: not decided yet, read
-    these first."""
+class Report:
+    """What a reconcile reports to the handlers: the status patch, the Events, whether to retry and the quiet
+    resync's inputs. The Intent decides it; the shell's Outcome carries it on (controller/reconcile.py)."""
 
-    objects: list[dict[str, Any]] = field(default_factory=list)
+    #: the merge patch of the status (only what changes, the conditions among it)
     status: dict[str, Any] = field(default_factory=dict)
-    conditions: list[dict[str, Any]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
-    step: dict[str, Any] | None = None
-    #: status.kvCalibration's patch when the choice is new and the operator keeps a store, recorded with ``step``
-    #: before the objects: a choice applied but unrecorded would be made again from the store as it is then
-    pin: dict[str, Any] | None = None
-    asks: Asks | None = None
-    #: the workload to read again once the objects are written (the plan they carry)
-    after: WorkloadAsk | None = None
-    #: the LoRA adapters to bring the Ready pods to once the objects are written (controller/lora_runtime.py);
-    #: what they answer is given back (World.lora) and status.lora decided from it
-    lora: LoRAAsk | None = None
     retry: bool = False
     retry_reason: str = "model could not be resolved yet; retrying"
     retry_delay: float = 30.0
@@ -147,6 +134,26 @@ class Intent:
     plan_hash: str | None = None
     metrics: str = ""
     kv_question: tuple[int, float] | None = None
+
+
+@dataclass
+class Intent(Report):
+    """What one reconcile means to write: the objects (all or none), then the status and the Events (its
+    Report); ``step`` and ``pin`` are the status to record before the objects that carry them (remediation's
+    step, the calibration chosen). ``asks``: not decided yet, read these first."""
+
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    step: dict[str, Any] | None = None
+    #: status.kvCalibration's patch when the choice is new and the operator keeps a store, recorded with ``step``
+    #: before the objects: a choice applied but unrecorded would be made again from the store as it is then
+    pin: dict[str, Any] | None = None
+    asks: Asks | None = None
+    #: the workload to read again once the objects are written (the plan they carry)
+    after: WorkloadAsk | None = None
+    #: the LoRA adapters to bring the Ready pods to once the objects are written (controller/lora_runtime.py);
+    #: what they answer is given back (World.lora) and status.lora decided from it
+    lora: LoRAAsk | None = None
     #: the plans made ("feasible"/"infeasible") and remediation's steps taken ((signal, kind)), for the counters
     plans: list[str] = field(default_factory=list)
     counts: list[tuple[str, str]] = field(default_factory=list)
