@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from llm_autopilot.api.conditions import PLANNED, set_condition
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
@@ -116,6 +116,14 @@ class LoRAAsk:
     waiting: Mapping[str, str] = field(default_factory=dict)
 
 
+class Event(NamedTuple):
+    """A Kubernetes Event to post on the object."""
+
+    type: str  # Normal or Warning
+    reason: str  # CamelCase
+    message: str
+
+
 @dataclass
 class Report:
     """What a reconcile reports to the handlers: the status patch, the Events, whether to retry and the quiet
@@ -123,7 +131,7 @@ class Report:
 
     #: the merge patch of the status (only what changes, the conditions among it)
     status: dict[str, Any] = field(default_factory=dict)
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+    events: list[Event] = field(default_factory=list)
     retry: bool = False
     retry_reason: str = "model could not be resolved yet; retrying"
     retry_delay: float = 30.0
@@ -220,7 +228,7 @@ class Draft:
                                         generation=self.generation, now=self.stamp)
 
     def event(self, type_: str, reason: str, message: str) -> None:
-        self.out.events.append((type_, reason, message))
+        self.out.events.append(Event(type_, reason, message))
 
     def put(self, key: str, value: Any) -> None:
         """status[key] as decided (None: removed)."""
