@@ -233,7 +233,7 @@ BURNED = {**QWEN, "verification": {"burnIn": {}}}
 BURN_IN_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
     "no burn-in asked: its condition and status.burnIn go": (
         QWEN, {"burnIn": {"planHash": "p", "pods": []},
-               "conditions": [{"type": "BurnInPassed", "status": "True"}]}, {"burnIn": None}),
+               "conditions": [{"type": "BurnInPassed", "status": "True", "reason": "Passed"}]}, {"burnIn": None}),
     "asked, no pod ready yet: waiting": (BURNED, {}, {}),
 }
 

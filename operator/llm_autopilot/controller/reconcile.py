@@ -1,10 +1,11 @@
 """One reconcile of an LLMDeployment: gather the World, let ``desired()`` decide, apply its Intent, report.
 
 The decisions are desired/pipeline.py's (pure: the planner, the renderer, remediation's decision, the
-conditions); this module only reads and writes: read_world (gather.py) and what the Intent asks for (the model
-cache's state, the workload, remediation's evidence), then the objects, all or none (each write is tried as a
-server-side dry run first), with a remediation step and a new calibration choice recorded in the status before
-the objects that carry them.
+conditions); this module only reads and writes: read_world (gather.py) and what the Intent asks for (READERS: the
+model cache's state, the workload, remediation's evidence, the burn-in, the plan's KV figures), then the objects,
+all or none (each write is tried as a server-side dry run first), with a remediation step and a new calibration
+choice recorded in the status before the objects that carry them, then the Intent's effects (EFFECTS, and the
+LoRA sync whose answer desired() turns into status.lora).
 It never writes the spec and writes nothing when nothing changed. A resync enters through ``resync``, which
 first asks whether anything the reconcile reads has changed (quiet.py).
 """
