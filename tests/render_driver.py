@@ -15,7 +15,7 @@ from hack.localcluster.nodes import node_manifests
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import UnknownGPUError
 from llm_autopilot.controller.kube import NodeGPUs
-from llm_autopilot.controller.reconcile import context, plan_with, render
+from llm_autopilot.controller.reconcile import context, render, timed_plan
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.hub.resolve import ModelResolutionError
 from llm_autopilot.planner.plan import Plan
@@ -57,7 +57,7 @@ def render_objects(spec_body: dict[str, Any], *, name: str, namespace: str,
     except (UnknownGPUError, VersionError, ModelResolutionError) as exc:
         return NotRendered(type(exc).__name__, str(exc))
     applied = overrides or Overrides()
-    choice = plan_with(ctx, applied)
+    choice = timed_plan(ctx, applied)
     if not isinstance(choice.result, Plan) or choice.pool is None:
         return NotRendered("Infeasible", getattr(choice.result, "message", "no GPU pool"))
     return render(ctx, choice, applied, Owner(name, namespace, "00000000-0000-0000-0000-000000000000"),

@@ -67,3 +67,56 @@ def test_e2e_modules_share_helpers_instead_of_importing_each_other() -> None:
     for path in modules:
         for name in _imports(path):
             assert not name.startswith("tests.e2e.test_"), f"{path.name} imports {name}: move it to helpers.py"
+
+
+DESIRED = PACKAGE / "desired"
+SECTIONS = "llm_autopilot.desired.sections"
+PIPELINE = "llm_autopilot.desired.pipeline"
+#: the modules below the pipeline and the sections: they import neither
+BELOW_SECTIONS = ["patch.py", "status_read.py", "vocabulary.py", "planning.py", "world.py", "burn_in.py",
+                  "calibration.py", "lora_sync.py", "refusals.py", "schedule.py"]
+
+
+def _desired_imports(path: Path) -> list[str]:
+    """The modules of llm_autopilot.desired a file imports (``from llm_autopilot.desired import x`` names x)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names if a.name.startswith("llm_autopilot.desired")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("llm_autopilot.desired"):
+            names.append(node.module)
+            names += [f"{node.module}.{a.name}" for a in node.names]
+    return names
+
+
+@pytest.mark.parametrize("section", sorted(p.name for p in (DESIRED / "sections").glob("*.py")))
+def test_a_section_never_imports_another_section_or_the_pipeline(section: str) -> None:
+    for name in _desired_imports(DESIRED / "sections" / section):
+        assert not name.startswith((SECTIONS, PIPELINE)), f"sections/{section} imports {name}"
+
+
+@pytest.mark.parametrize("module", BELOW_SECTIONS)
+def test_the_vocabulary_and_the_helpers_import_no_section(module: str) -> None:
+    for name in _desired_imports(DESIRED / module):
+        assert not name.startswith((SECTIONS, PIPELINE)), f"{module} imports {name}"
+
+
+def test_only_the_pipeline_imports_the_sections() -> None:
+    """intent.py, the re-export for the names' old importers, aside."""
+    importers = {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+                 if any(n.startswith(SECTIONS + ".") for n in _desired_imports(path))
+                 and path.parent.name != "sections"}
+    assert importers <= {"desired/pipeline.py", "desired/intent.py"}, importers
+
+
+def test_the_vocabulary_is_the_lowest_decision_module() -> None:
+    """It imports only the data modules beside it (the World, the calibration sample), nothing that decides."""
+    allowed = {"llm_autopilot.desired.calibration", "llm_autopilot.desired.patch", "llm_autopilot.desired.status_read",
+               "llm_autopilot.desired.world"}
+    for name in _desired_imports(DESIRED / "vocabulary.py"):
+        assert name.rsplit(".", 1)[0] in allowed or name in allowed, f"vocabulary.py imports {name}"
+
+
+@pytest.mark.parametrize("module", sorted(p.relative_to(DESIRED).as_posix() for p in DESIRED.rglob("*.py")))
+def test_no_module_of_desired_is_over_300_lines(module: str) -> None:
+    assert len((DESIRED / module).read_text().splitlines()) <= 300, module

@@ -1,10 +1,11 @@
 """One reconcile of an LLMDeployment: gather the World, let ``desired()`` decide, apply its Intent, report.
 
-The decisions are desired/intent.py's (pure: the planner, the renderer, remediation's decision, the
-conditions); this module only reads and writes: read_world (gather.py) and what the Intent asks for (the model
-cache's state, the workload, remediation's evidence), then the objects, all or none (each write is tried as a
-server-side dry run first), with a remediation step and a new calibration choice recorded in the status before
-the objects that carry them.
+The decisions are desired/pipeline.py's (pure: the planner, the renderer, remediation's decision, the
+conditions); this module only reads and writes: read_world (gather.py) and what the Intent asks for (READERS: the
+model cache's state, the workload, remediation's evidence, the burn-in, the plan's KV figures), then the objects,
+all or none (each write is tried as a server-side dry run first), with a remediation step and a new calibration
+choice recorded in the status before the objects that carry them, then the Intent's effects (EFFECTS, and the
+LoRA sync whose answer desired() turns into status.lora).
 It never writes the spec and writes nothing when nothing changed. A resync enters through ``resync``, which
 first asks whether anything the reconcile reads has changed (quiet.py).
 """
@@ -15,7 +16,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -39,23 +40,14 @@ from llm_autopilot.controller.gather import (
 )
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings, SaturationRounds
+from llm_autopilot.controller.observed import INSTANCE_LABEL
 from llm_autopilot.controller.quiet import OPERATOR_VERSION, QuietMemory, Seen, fingerprint, later, metrics_verdict
 from llm_autopilot.controller.settings import OperatorSettings
-from llm_autopilot.desired import intent
-from llm_autopilot.desired.intent import (
-    MODEL_CACHED,
-    Asks,
-    Context,
-    Intent,
-    Rendered,
-    WorkloadAsk,
-    context_of,
-    desired,
-    limits,
-    observed_replicas,
-    ready_condition,
-    render,
-)
+from llm_autopilot.desired import lora_sync, planning
+from llm_autopilot.desired.lora_sync import LoRAReading
+from llm_autopilot.desired.pipeline import desired
+from llm_autopilot.desired.planning import Context, Rendered, context_of, limits, render
+from llm_autopilot.desired.vocabulary import MODEL_CACHED, Asks, Intent, LoRAAsk, Report, WorkloadAsk
 from llm_autopilot.desired.world import (
     Applied,
     CacheObservation,
@@ -77,7 +69,7 @@ from llm_autopilot.render.kubernetes import Owner
 from llm_autopilot.render.workload import Shape
 from llm_autopilot.vllm.versions import VersionError
 
-#: desired/intent.py's names that callers import from here
+#: desired/'s names that callers import from here
 __all__ = [
     "METRICS_AVAILABLE",
     "MODEL_CACHED",
@@ -88,12 +80,10 @@ __all__ = [
     "context",
     "context_of",
     "limits",
-    "observed_replicas",
-    "plan_with",
-    "ready_condition",
     "reconcile",
     "render",
     "resync",
+    "timed_plan",
     "workload_view",
 ]
 
@@ -144,24 +134,18 @@ class BurnInRuns(BurnIns, Protocol):
 
 
 @dataclass
-class Outcome:
-    status: dict[str, Any] = field(default_factory=dict)  # only the keys that change
-    events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
+class Outcome(Report):
+    """The Intent's Report as the handlers get it, with what the shell did: the writes made, and whether the
+    reconcile was a full one."""
+
     writes: int = 0
-    retry: bool = False
-    #: for the quiet resync: whether the same inputs would decide the same again, until ``due``; the plan in
-    #: force and what Prometheus said about its pods
-    settled: bool = False
-    due: datetime | None = None
-    plan_hash: str | None = None
-    metrics: str = ""
-    #: the KV-saturation question the reconcile asked Prometheus: (window seconds, threshold)
-    kv_question: tuple[int, float] | None = None
     #: False for a quiet resync (nothing was planned, rendered or read)
     full: bool = True
-    #: why a retry is asked for, and after how many seconds
-    retry_reason: str = "model could not be resolved yet; retrying"
-    retry_delay: float = 30.0
+
+    @classmethod
+    def of(cls, decided: Report, *, status: dict[str, Any], writes: int) -> Outcome:
+        report = {f.name: getattr(decided, f.name) for f in dataclasses.fields(Report)}
+        return cls(**{**report, "status": status, "events": list(decided.events)}, writes=writes)
 
 
 def _utcnow() -> datetime:
@@ -181,10 +165,10 @@ def context(spec: LLMDeploymentSpec, namespace: str, kube: Cluster, settings: Op
     return context_of(spec, World(read_model(spec, namespace, kube, settings), read_nodes(kube)), settings)
 
 
-def plan_with(ctx: Context, overrides: Overrides) -> PoolChoice:
+def timed_plan(ctx: Context, overrides: Overrides) -> PoolChoice:
     """desired's plan_with, timed and counted (for tools and tests that plan outside a reconcile)."""
     with telemetry.PLAN_SECONDS.time():
-        choice = intent.plan_with(ctx, overrides)
+        choice = planning.plan_with(ctx, overrides)
     telemetry.PLANS.labels("feasible" if isinstance(choice.result, Plan) else "infeasible").inc()
     return choice
 
@@ -212,8 +196,9 @@ def gatherer_for(kube: Cluster, settings: OperatorSettings) -> Gatherer:
                     labels=client, versions=read_vllm_version)
 
 
-#: how often one reconcile may be asked to read more before deciding (the cache, then the workload and evidence)
-_ROUNDS = 5  # the model cache, the workload and its evidence, the plan's KV figures, then the decision
+#: how many times desired() may run in one settle: it asks at most for the model cache, then the workload with
+#: its evidence (and its burn-in), then the plan's KV figures, and decides on the next
+_ROUNDS = 5
 
 
 class Reconciler:
@@ -265,22 +250,23 @@ class Reconciler:
                            retry_delay=1.0, writes=self.writes)
         self.writes += written
         if written and decided.after is not None:  # Ready from the workload as the write left it
-            after = Applied(view=workload_view(self.kube, decided.after))
-            decided, _ = self.settle(spec_body, dataclasses.replace(world, applied=after))
-        return self.sync_lora(decided, self.outcome(decided, recorded=tuple(recorded)))
+            world = dataclasses.replace(world, applied=Applied(view=workload_view(self.kube, decided.after)))
+            decided, _ = self.settle(spec_body, world)
+        if decided.lora is not None:  # status.lora from what the pods answer once brought to the spec
+            decided, _ = self.settle(spec_body, dataclasses.replace(world, lora=self.sync_lora(decided.lora)))
+        return self.outcome(decided, recorded=tuple(recorded))
 
-    def sync_lora(self, decided: Intent, out: Outcome) -> Outcome:
-        """After the children are written: the Ready pods' LoRA adapters brought to the spec (runtime updates),
-        and status.lora saying where each adapter is served and how changes apply."""
-        if decided.lora is None:
-            return out
-        synced = lora_runtime.sync(self.kube, self.owner, decided.lora.spec, decided.lora.config,
-                                   previous=self.status.get("lora"), waiting=decided.lora.waiting)
-        if self.status.get("lora") != synced.status:
-            out.status["lora"] = synced.status
-        out.events += synced.events
-        out.settled = out.settled and synced.settled
-        return out
+    def sync_lora(self, asked: LoRAAsk) -> LoRAReading:
+        """After the children are written: the Ready pods' LoRA adapters brought to the spec (runtime updates;
+        with rollout updates only read), and what each pod serves then."""
+        updates = lora_sync.updates_for(asked.spec, asked.config.vllm.version, nodes=asked.config.nodes)
+        if updates is None:
+            return LoRAReading()
+        pods = lora_runtime.ready_pods(self.kube.pods(self.owner.namespace, f"{INSTANCE_LABEL}={self.owner.name}"))
+        views, events = lora_runtime.sync_pods(updates, lora_sync.wanted(asked.spec, tuple(asked.waiting)), pods)
+        for _, reason, message in events:
+            logger.info("%s/%s: %s: %s", self.owner.namespace, self.owner.name, reason, message)
+        return LoRAReading(tuple(views), tuple(events))
 
     def read(self, spec_body: dict[str, Any]) -> World:
         """The World desired() starts from: the object, the pvc:// source's inspection, then read_world's
@@ -334,27 +320,10 @@ class Reconciler:
         raise RuntimeError(f"desired() still asks after {_ROUNDS} rounds: {decided.asks}")
 
     def answer(self, asks: Asks, world: World) -> World:
-        """Read what desired() asked for into the World."""
-        if asks.cache is not None:
-            objects, status = cache_step.observe(self.kube, asks.cache, asks.known_cache)
-            world = dataclasses.replace(world, cache=CacheObservation(asks.cache, tuple(objects), status))
-        if asks.workload is not None:
-            view = workload_view(self.kube, asks.workload)
-            world = dataclasses.replace(world, workload=WorkloadView(asks.workload.plan_hash, view))
-            if asks.evidence is not None:
-                evidence = self.gatherer.gather(dataclasses.replace(asks.evidence, deployment=view))
-                world = dataclasses.replace(world, evidence=evidence)
-        if asks.burn_in is not None:
-            b = asks.burn_in
-            runs = self.burn_ins if self.burn_ins is not None else _NO_RUNS
-            world = dataclasses.replace(world, burn_in=read_burn_in(self.kube, runs, b.namespace, b.name,
-                                                                    b.plan_hash))
-        if asks.verification is not None:
-            asked = asks.verification
-            ready = self.gatherer.ready_plan_pods(asked.namespace, asked.name, asked.plan_hash)
-            readings = self.gatherer.kv_figures(asked.namespace, verify.pods_to_read(asked.known, asked.plan_hash,
-                                                                                    ready), instance=asked.name)
-            world = dataclasses.replace(world, verification=VerificationReading(asked.plan_hash, readings))
+        """Read what desired() asked for into the World (READERS: one reader per ask)."""
+        for ask, read in READERS.items():
+            if getattr(asks, ask) is not None:
+                world = read(self, asks, world)
         return world
 
     def outcome(self, decided: Intent, *, recorded: tuple[str, ...]) -> Outcome:
@@ -369,31 +338,9 @@ class Reconciler:
             telemetry.PLANS.labels(outcome).inc()
         for signal, kind in decided.counts:
             telemetry.REMEDIATION_STEPS.labels(signal, kind).inc()
-        sample = decided.calibration_sample
-        if sample is not None and self.calibration is not None and self.calibration.record(sample, self.now):
-            self.writes += 1
-        self.burn_in(decided)
-        return Outcome(status=status, events=list(decided.events), writes=self.writes, retry=decided.retry,
-                       settled=decided.settled, due=decided.due, plan_hash=decided.plan_hash,
-                       metrics=decided.metrics, kv_question=decided.kv_question,
-                       retry_reason=decided.retry_reason, retry_delay=decided.retry_delay)
-
-    def burn_in(self, decided: Intent) -> None:
-        """The burn-in runs desired() started, those it no longer needs dropped, and the readiness gates it
-        judged (a pod that went meanwhile is no error: its replacement is judged on its own)."""
-        if self.burn_ins is not None:
-            for start in decided.burn_in_starts:
-                self.burn_ins.start(start.uid, start.ip, start.load, owner=self.owner.uid)
-            if decided.burn_in_keep is not None:
-                self.burn_ins.keep(self.owner.uid, decided.burn_in_keep)
-        for gate in decided.gate_writes:
-            try:
-                self.kube.patch_pod_condition(self.owner.namespace, gate.pod, gate.condition)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                continue
-            self.writes += 1
+        for execute in EFFECTS:
+            execute(self, decided)
+        return Outcome.of(decided, status=status, writes=self.writes)
 
     def record_first(self, status: dict[str, Any]) -> None:
         """Write a remediation step (or relax) and a new calibration choice to the status before the children
@@ -408,6 +355,87 @@ class Reconciler:
                 raise StatusConflict(api_message(exc)) from exc
             raise
         self.writes += 1
+
+
+# ---- the readers: what desired() asks for, read into the World ----------------------------------------------
+
+def _read_cache(r: Reconciler, asks: Asks, world: World) -> World:
+    """The model cache's Jobs and download state for the inputs asked (with the status recorded so far)."""
+    assert asks.cache is not None
+    objects, status = cache_step.observe(r.kube, asks.cache, asks.known_cache)
+    return dataclasses.replace(world, cache=CacheObservation(asks.cache, tuple(objects), status))
+
+
+def _read_workload(r: Reconciler, asks: Asks, world: World) -> World:
+    """The plan in force's workload, and remediation's evidence about it."""
+    assert asks.workload is not None
+    view = workload_view(r.kube, asks.workload)
+    world = dataclasses.replace(world, workload=WorkloadView(asks.workload.plan_hash, view))
+    if asks.evidence is not None:
+        world = dataclasses.replace(world, evidence=r.gatherer.gather(dataclasses.replace(asks.evidence,
+                                                                                          deployment=view)))
+    return world
+
+
+def _read_burn_in(r: Reconciler, asks: Asks, world: World) -> World:
+    """The plan's pods' burn-in: their gates and what the operator's runs measured."""
+    b = asks.burn_in
+    assert b is not None
+    runs = r.burn_ins if r.burn_ins is not None else _NO_RUNS
+    return dataclasses.replace(world, burn_in=read_burn_in(r.kube, runs, b.namespace, b.name, b.plan_hash))
+
+
+def _read_verification(r: Reconciler, asks: Asks, world: World) -> World:
+    """vLLM's own KV figures of the plan's Ready pods not read yet."""
+    asked = asks.verification
+    assert asked is not None
+    ready = r.gatherer.ready_plan_pods(asked.namespace, asked.name, asked.plan_hash)
+    readings = r.gatherer.kv_figures(asked.namespace, verify.pods_to_read(asked.known, asked.plan_hash, ready),
+                                     instance=asked.name)
+    return dataclasses.replace(world, verification=VerificationReading(asked.plan_hash, readings))
+
+
+#: each ask (a field of Asks; ``known_cache`` and ``evidence`` go with ``cache`` and ``workload``) and its reader
+READERS: dict[str, Callable[[Reconciler, Asks, World], World]] = {
+    "cache": _read_cache, "workload": _read_workload, "burn_in": _read_burn_in, "verification": _read_verification,
+}
+
+
+# ---- the executors: what an Intent leaves the shell to do once its objects are written -----------------------
+
+def _record_calibration(r: Reconciler, decided: Intent) -> None:
+    """vLLM's figures read this pass, as a sample for the calibration store (when the operator keeps one)."""
+    sample = decided.calibration_sample
+    if sample is not None and r.calibration is not None and r.calibration.record(sample, r.now):
+        r.writes += 1
+
+
+def _run_burn_ins(r: Reconciler, decided: Intent) -> None:
+    """The burn-in runs desired() started, and those it no longer needs dropped."""
+    if r.burn_ins is None:
+        return
+    for start in decided.burn_in_starts:
+        r.burn_ins.start(start.uid, start.ip, start.load, owner=r.owner.uid)
+    if decided.burn_in_keep is not None:
+        r.burn_ins.keep(r.owner.uid, decided.burn_in_keep)
+
+
+def _write_gates(r: Reconciler, decided: Intent) -> None:
+    """The readiness gates desired() judged (a pod that went meanwhile is no error: its replacement is judged on
+    its own)."""
+    for gate in decided.gate_writes:
+        try:
+            r.kube.patch_pod_condition(r.owner.namespace, gate.pod, gate.condition)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            continue
+        r.writes += 1
+
+
+#: the effects an Intent names, each with its executor, in this order (the objects themselves -- the cache's and
+#: the inspect Jobs among them -- are applied before, all or none; the LoRA sync is read back: Reconciler.run)
+EFFECTS: tuple[Callable[[Reconciler, Intent], None], ...] = (_record_calibration, _run_burn_ins, _write_gates)
 
 
 class _NoRuns:

@@ -20,8 +20,8 @@ from llm_autopilot.render import lora_volumes
 from llm_autopilot.vllm.flags import named_options
 from llm_autopilot.vllm.versions import RUNTIME_LORA_UPDATING_READ, VLLMVersion, behaviour_of
 
-__all__ = ["Action", "PodView", "Served", "Updates", "actions", "lora_status", "runtime", "served_adapters",
-           "settled", "sources", "updates_for", "wanted"]
+__all__ = ["Action", "LoRAReading", "PodView", "Served", "Updates", "actions", "lora_status", "repeated", "runtime",
+           "served_adapters", "settled", "sources", "updates_for", "wanted"]
 
 #: ``--api-server-count`` and its short alias (vllm/data/flags.json)
 _API_SERVERS = frozenset({"--api-server-count", "-asc"})
@@ -144,6 +144,24 @@ class PodView:
     served: tuple[Served, ...] | None
     errors: Mapping[str, str] = field(default_factory=dict)
     unreadable: str = ""
+
+
+@dataclass(frozen=True)
+class LoRAReading:
+    """What the Ready pods answered once the shell brought them to the spec's adapters (controller/lora_runtime.py):
+    each pod's view, and the events (type, reason, message) of the calls it made."""
+
+    views: tuple[PodView, ...] = ()
+    events: tuple[tuple[str, str, str], ...] = ()
+
+
+def repeated(event: tuple[str, str, str], previous: Mapping[str, Any] | None) -> bool:
+    """A failure the last status already reported (the same pod, the same answer): no second Warning per resync."""
+    type_, _, message = event
+    said = [str(a.get("message", "")) for key in ("adapters", "removing") for a in (previous or {}).get(key) or []
+            if isinstance(a, Mapping)]
+    _, _, where_and_why = message.partition(" on ")  # "load NAME on POD: ANSWER" -> "POD: ANSWER"
+    return type_ == "Warning" and any(where_and_why and where_and_why in m for m in said)
 
 
 def lora_status(updates: Updates, want: Sequence[Served], pods: Sequence[PodView], *,

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CacheStatus, LoRASourceStatus, SourceStatus
+from llm_autopilot.desired.lora_sync import LoRAReading
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.burn_in import BurnInMeasurement
 from llm_autopilot.planner.calibration import CalibrationStore
@@ -182,7 +183,7 @@ class World:
     crds: frozenset[str] = frozenset()
     #: the shapes that exist; ``live.deployment`` is whether a Deployment of the object's name exists at all
     live: Live = dataclasses.field(default_factory=Live)
-    #: the rest is read for desired() (desired/intent.py): the object, the operator's settings, the LoRA
+    #: the rest is read for desired() (desired/pipeline.py): the object, the operator's settings, the LoRA
     #: adapters' configs, the pvc:// inspection, and what an Intent's asks named (cache, workload, evidence)
     owner: Owner = dataclasses.field(default_factory=lambda: Owner("", "", ""))
     generation: int | None = None
@@ -195,6 +196,8 @@ class World:
     verification: VerificationReading | None = None
     burn_in: BurnInReading | None = None
     applied: Applied | None = None
+    #: the LoRA adapters the Ready pods serve once the shell brought them to the spec (after the objects)
+    lora: LoRAReading | None = None
     #: the KV calibration store as the operator last read it (None: it keeps none, or could not read it yet:
     #: then ``calibration_unreadable`` says why)
     calibration: CalibrationStore | None = None

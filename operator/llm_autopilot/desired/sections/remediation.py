@@ -1,0 +1,131 @@
+"""Section: status.remediation, Degraded and remediation's Events (remediation/decide.py decides on the evidence
+gathered for the plan in force), and what the quiet resync needs to know about this pass."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from llm_autopilot.api.lora import pinned_adapters
+from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
+from llm_autopilot.desired.planning import Context, Rendered, counted_plan, limits, render, workload_ask
+from llm_autopilot.desired.schedule import metrics_verdict, next_due, unsettled
+from llm_autopilot.desired.vocabulary import Asks, BurnInAsk, Draft
+from llm_autopilot.desired.world import Target
+from llm_autopilot.planner.plan import Plan
+from llm_autopilot.remediation.classify import Classification
+from llm_autopilot.remediation.decide import Decision, Probe, decide
+from llm_autopilot.remediation.ladder import Overrides, Running, Workload
+from llm_autopilot.remediation.state import MAX_REPLICAS, RemediationState
+from llm_autopilot.render import rollout
+from llm_autopilot.render.kubernetes import memory_limit_gib
+from llm_autopilot.render.workload import Live, Shape
+
+
+def running(r: Rendered, ctx: Context) -> Running:
+    """What runs, as remediation's ladder reads it: the rendered plan, with the spec's and the nodes' limits."""
+    c, spec = r.plan.config, ctx.spec
+    floors = spec.remediation.floors
+    pool_max = max((p.gpus_per_node for p in ctx.pools if p.gpu.name == c.gpu.name), default=spec.gpu.max_gpus)
+    return Running(
+        config=c, workload=Workload(replicas=r.inputs.replica_count, memory_limit_gib=memory_limit_gib(r.inputs)),
+        autoscaled=spec.autoscaling is not None,
+        fp8_kv_allowed="fp8" in spec.serving.allowed_kv_cache_dtypes,
+        max_gpus=min(spec.gpu.max_gpus, pool_max),
+        max_replicas=min(spec.remediation.max_replicas or spec.replicas, MAX_REPLICAS),
+        node_memory_gib=ctx.memory_of(r.pool) or memory_limit_gib(r.inputs),
+        floor_max_model_len=ctx.floor_max_model_len,
+        floor_gpu_memory_utilization=floors.min_gpu_memory_utilization,
+        floor_max_num_seqs=floors.min_max_num_seqs, floor_max_num_batched_tokens=floors.min_max_num_batched_tokens,
+        floor_max_loras=max(1, pinned_adapters(spec)),
+    )
+
+
+def read_state(d: Draft, ctx: Context) -> RemediationState:
+    """The remediation state, only with the steps the operator recorded for this object, each clamped to
+    the spec and to the nodes of the pool its overrides plan on."""
+    raw = d.status.get("remediation")
+    cap: float | None = None
+    loose, _, _ = RemediationState.read_attributed(raw, limits(ctx), d.now, d.author)
+    if loose.overrides.memory_limit_gib is not None:  # bounded by the planned pool's nodes, not the largest
+        choice = counted_plan(d, ctx, loose.overrides)
+        if isinstance(choice.result, Plan) and choice.pool is not None:
+            cap = ctx.memory_of(choice.pool) or None
+    state, repairs, dropped = RemediationState.read_attributed(raw, limits(ctx, cap), d.now, d.author)
+    d.out.notes += [f"{d.owner.namespace}/{d.owner.name}: {note}" for note in (*dropped, *repairs)]
+    if dropped:  # written back without them, so this is said once
+        d.event("Warning", "UnattributedRemediation", "; ".join(dropped))
+    if repairs:
+        d.event("Warning", "StatusRepaired", "; ".join(repairs))
+    d.origin, d.state, d.repaired = state, state, bool(repairs or dropped)
+    return state
+
+
+def workload_of(d: Draft, spec: LLMDeploymentSpec, current: Rendered,
+                state: RemediationState) -> dict[str, Any] | Asks | None:
+    """The workload of the plan in force as read, or the Asks for it with remediation's evidence (and the
+    burn-in of its pods when the spec asks for one)."""
+    seen, evidence, burned = d.world.workload, d.world.evidence, d.world.burn_in
+    wants_burn_in = spec.verification.burn_in is not None
+    if (seen is not None and seen.plan_hash == current.plan_hash and evidence is not None
+            and (not wants_burn_in or (burned is not None and burned.plan_hash == current.plan_hash))):
+        return seen.deployment
+    policy = spec.remediation
+    burn_in_ask = BurnInAsk(d.owner.namespace, d.owner.name, current.plan_hash) if wants_burn_in else None
+    return Asks(workload=workload_ask(d.owner, current), burn_in=burn_in_ask, evidence=Target(
+        namespace=d.owner.namespace, name=d.owner.name, plan_hash=current.plan_hash,
+        replicas=state.effective_replicas(spec.replicas), deployment=None,
+        last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
+        kv_window=policy.kv_saturation_window_seconds, lora=spec.lora is not None))
+
+
+def remediate(d: Draft, ctx: Context, current: Rendered, state: RemediationState, live: Live,
+              burn_signal: tuple[str, Classification] | None = None) -> tuple[Rendered, Decision]:
+    """Let the pure decision speak on the evidence gathered (with a burn-in's failure): what should run, and
+    why."""
+    evidence = d.world.evidence
+    assert evidence is not None
+    if burn_signal is not None:
+        evidence = dataclasses.replace(evidence, burn_in_key=burn_signal[0], burn_in=burn_signal[1])
+    renders: dict[Overrides, Rendered] = {}
+
+    def probe(overrides: Overrides) -> Probe:
+        choice = counted_plan(d, ctx, overrides)
+        if not isinstance(choice.result, Plan):
+            return Probe(False, problem=choice.result.message)
+        renders[overrides] = render(ctx, choice, overrides, d.owner, d.settings, live)
+        return Probe(True, changes=not renders[overrides].same_objects(current))
+
+    decision = decide(evidence, state, ctx.spec.remediation, running(current, ctx), now=d.now, probe=probe)
+    return (renders[decision.overrides] if decision.changed else current), decision
+
+
+def outage(decision: Decision, reason: str, final: Rendered) -> str:
+    """What a step's rollout costs, added to its Event when it cannot surge onto a free GPU."""
+    if reason != "Remediated" or not decision.changed or final.inputs.surge:
+        return ""
+    if final.shape is not Shape.DEPLOYMENT:
+        return "; pods across nodes are replaced group by group, so capacity drops during the rollout"
+    return rollout.outage_note(final.inputs.replica_count)
+
+
+def record(d: Draft, decision: Decision, final: Rendered) -> None:
+    """The decision's state, conditions, events and counters, once its objects are written."""
+    d.state = decision.state
+    for c in decision.conditions:
+        d.condition(c.type, c.status, c.reason, c.message)
+    for note in decision.events:
+        d.event(note.type, note.reason, note.message + outage(decision, note.reason, final))
+    d.out.counts += list(decision.counts)
+
+
+def note_inputs(d: Draft, ctx: Context, final: Rendered) -> None:
+    """For the quiet resync: whether this reconcile settled, until when, on which plan's pods."""
+    state, evidence = d.state, d.world.evidence
+    assert evidence is not None and state is not None
+    d.out.plan_hash = final.plan_hash
+    d.out.metrics = metrics_verdict(evidence.metrics, evidence.saturation is not None)
+    policy = ctx.spec.remediation
+    d.out.kv_question = (policy.kv_saturation_window_seconds, policy.kv_saturation_threshold)
+    d.out.settled = not unsettled(evidence, state) and not d.burning
+    d.out.due = next_due(state, ctx.spec.remediation, d.now, d.settings.full_check_seconds)

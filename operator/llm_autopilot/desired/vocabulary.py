@@ -1,0 +1,269 @@
+"""The words desired() speaks in, below every section: what it asks to read (the asks), what it leaves the shell to
+do (the effects, carried by the Intent), and the Draft every section adds its part of the status to.
+
+Lowest module of desired/'s decision: it imports no section and not the pipeline (tests/unit/test_layering.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from llm_autopilot.api.conditions import PLANNED, set_condition
+from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
+from llm_autopilot.desired.calibration import SampleToRecord
+from llm_autopilot.desired.patch import merge_patch
+from llm_autopilot.desired.status_read import STATUS_READ, read_status, status_read_condition
+from llm_autopilot.desired.world import OperatorDefaults, Target, World
+from llm_autopilot.domain.burn_in import BurnInLoad
+from llm_autopilot.planner import verify
+from llm_autopilot.planner.config import ServingConfig
+from llm_autopilot.planner.plan import Plan
+from llm_autopilot.remediation.state import Author, RemediationState
+from llm_autopilot.render import cache
+from llm_autopilot.render.workload import Shape
+
+MESSAGE_LIMIT = 500
+MODEL_CACHED = "ModelCached"
+#: Planned=False while a pvc:// source is being inspected (controller/inspect_step.py)
+INSPECTING = "InspectingSource"
+
+#: failures that the same inputs always give again (a resync with the same inputs may stay quiet); the others
+#: depend on what the API server, the Hub or RBAC say next time
+DETERMINISTIC_FAILURES = frozenset({"InvalidSpec", "UnknownGPU", "UnsupportedVLLMVersion", "Infeasible",
+                                    "ArchitectureRequired", "InvalidArchitecture", "LoRAAdapterRefused"})
+
+
+# ---- the asks: what desired() needs read before it can decide ----------------------------------------------
+
+@dataclass(frozen=True)
+class WorkloadAsk:
+    """The serving workload to read as a Deployment's status: its shape, its replicas and nodes, its plan."""
+
+    shape: Shape
+    name: str
+    namespace: str
+    plan_hash: str
+    replicas: int
+    nodes: int
+
+
+@dataclass(frozen=True)
+class BurnInAsk:
+    """The plan whose pods' burn-in to read (their gate condition, and what the operator's runs measured)."""
+
+    namespace: str
+    name: str
+    plan_hash: str
+
+
+@dataclass(frozen=True)
+class VerificationAsk:
+    """The plan whose Ready pods to read vLLM's KV figures from, and what status.verification already read."""
+
+    namespace: str
+    name: str
+    plan_hash: str
+    known: verify.Known | None
+
+
+@dataclass(frozen=True)
+class Asks:
+    """What desired() needs read before it can decide, with what to read it for. A section that needs a reading
+    returns its Asks; the pipeline stops there and the shell reads it into the World."""
+
+    #: the model cache's state for these inputs, with the status recorded so far
+    cache: cache.CacheInputs | None = None
+    known_cache: CacheStatus | None = None
+    #: the workload of the plan in force and remediation's evidence about it (the Target's deployment is the
+    #: workload as read)
+    workload: WorkloadAsk | None = None
+    evidence: Target | None = None
+    #: vLLM's own KV figures of the plan's Ready pods (plan verification)
+    verification: VerificationAsk | None = None
+    #: the burn-in of the plan in force's pods (spec.verification.burnIn), asked with the workload
+    burn_in: BurnInAsk | None = None
+
+
+# ---- the effects: what the shell does once the objects are written -----------------------------------------
+
+@dataclass(frozen=True)
+class BurnInStart:
+    """A burn-in run to start on a pod (controller/burn_in_load.py), on its own IP."""
+
+    uid: str
+    ip: str
+    load: BurnInLoad
+
+
+@dataclass(frozen=True)
+class GateWrite:
+    """The burn-in's readiness-gate condition to write on a pod (its status, strategic merge by type)."""
+
+    pod: str
+    condition: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LoRAAsk:
+    """The spec's adapters and the plan in force, for the shell that loads and unloads them on the pods;
+    ``waiting``: the s3:// adapters not downloaded yet (by name: why), which no pod is asked to load."""
+
+    spec: LLMDeploymentSpec
+    config: ServingConfig
+    waiting: Mapping[str, str] = field(default_factory=dict)
+
+
+class Event(NamedTuple):
+    """A Kubernetes Event to post on the object."""
+
+    type: str  # Normal or Warning
+    reason: str  # CamelCase
+    message: str
+
+
+@dataclass
+class Report:
+    """What a reconcile reports to the handlers: the status patch, the Events, whether to retry and the quiet
+    resync's inputs. The Intent decides it; the shell's Outcome carries it on (controller/reconcile.py)."""
+
+    #: the merge patch of the status (only what changes, the conditions among it)
+    status: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    retry: bool = False
+    retry_reason: str = "model could not be resolved yet; retrying"
+    retry_delay: float = 30.0
+    #: for the quiet resync: whether the same inputs would decide the same again, until ``due``; the plan in
+    #: force and what Prometheus said about its pods, and the KV-saturation question asked (window, threshold)
+    settled: bool = False
+    due: datetime | None = None
+    plan_hash: str | None = None
+    metrics: str = ""
+    kv_question: tuple[int, float] | None = None
+
+
+@dataclass
+class Intent(Report):
+    """What one reconcile means to write: the objects (all or none), then the status and the Events (its
+    Report); ``step`` and ``pin`` are the status to record before the objects that carry them (remediation's
+    step, the calibration chosen). ``asks``: not decided yet, read these first."""
+
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+    step: dict[str, Any] | None = None
+    #: status.kvCalibration's patch when the choice is new and the operator keeps a store, recorded with ``step``
+    #: before the objects: a choice applied but unrecorded would be made again from the store as it is then
+    pin: dict[str, Any] | None = None
+    asks: Asks | None = None
+    #: the workload to read again once the objects are written (the plan they carry)
+    after: WorkloadAsk | None = None
+    #: the LoRA adapters to bring the Ready pods to once the objects are written (controller/lora_runtime.py);
+    #: what they answer is given back (World.lora) and status.lora decided from it
+    lora: LoRAAsk | None = None
+    #: the plans made ("feasible"/"infeasible") and remediation's steps taken ((signal, kind)), for the counters
+    plans: list[str] = field(default_factory=list)
+    counts: list[tuple[str, str]] = field(default_factory=list)
+    #: log lines (warnings) the shell writes
+    notes: list[str] = field(default_factory=list)
+    #: vLLM's figures read this pass, as a sample for the calibration store (controller/calibration_store.py)
+    calibration_sample: SampleToRecord | None = None
+    #: the burn-in runs to start and the readiness-gate conditions to write, once the objects are written
+    burn_in_starts: list[BurnInStart] = field(default_factory=list)
+    gate_writes: list[GateWrite] = field(default_factory=list)
+    #: the pods (uids) whose burn-in runs the operator still needs: the plan in force's whose verdict the status
+    #: does not record yet; the object's other runs are dropped (None: not decided this pass, keep them all)
+    burn_in_keep: tuple[str, ...] | None = None
+    #: the plan chosen for the spec (with the overrides remediation recorded), once the planner found one: also on
+    #: an Intent that asks, so the admission webhook has its verdict from the first round, and on one that a later
+    #: cause stopped (spec.autoscaling, the source), so the webhook that admits it with a warning still gives the
+    #: plan's own warnings
+    plan: Plan | None = None
+
+
+# ---- the accumulator every section writes its part into ------------------------------------------------------
+
+class Draft:
+    """One pass over one object: the status as read, the World, the clock, and what the sections decided so far
+    (the Intent under construction, the status as decided, the conditions, the remediation state). The Intent's
+    status is the merge patch from the status as read to the status as decided (``finish``)."""
+
+    def __init__(self, status: dict[str, Any], world: World, now: datetime) -> None:
+        assert world.operator is not None, "the World names the operator's settings"
+        self.world = world
+        self.settings: OperatorDefaults = world.operator
+        self.owner = world.owner
+        self.generation = world.generation
+        #: the status as read; parsed once: what parses (``read``, and as the sections read it: ``status``)
+        self.raw = status
+        read = read_status(status)
+        self.read = read.status
+        self.status = read.readable
+        #: the status as decided so far: the sections replace or remove whole keys of it
+        self.after: dict[str, Any] = dict(read.readable)
+        self.out = Intent()
+        self.now = now
+        self.stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.conditions: list[dict[str, Any]] = list(self.status.get("conditions") or [])
+        #: the remediation state as read, and as it stands now (None until the spec could be resolved)
+        self.origin: RemediationState | None = None
+        self.state: RemediationState | None = None
+        self.repaired = False
+        self.cache_status: CacheStatus | None = None
+        #: a pod of the plan in force waits for its burn-in
+        self.burning = False
+        if (said := status_read_condition(read, self.conditions)) is not None:
+            before = self.conditions
+            self.condition(STATUS_READ, *said)
+            if not said[0] and before != self.conditions:
+                self.event("Warning", "StatusUnreadable", said[2])
+
+    @property
+    def author(self) -> Author:
+        return Author(self.owner.uid, self.generation or 0)
+
+    def condition(self, type_: str, value: bool | None, reason: str, message: str) -> None:
+        self.conditions = set_condition(self.conditions, type_, value, reason, message,
+                                        generation=self.generation, now=self.stamp)
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.out.events.append(Event(type_, reason, message))
+
+    def put(self, key: str, value: Any) -> None:
+        """status[key] as decided (None: removed)."""
+        if value is None:
+            self.after.pop(key, None)
+        else:
+            self.after[key] = value
+
+    def patch_of(self, key: str) -> Any:
+        """status[key]'s part of the merge patch (None: removed, or unchanged)."""
+        return merge_patch({key: self.raw[key]} if key in self.raw else {},
+                           {key: self.after[key]} if key in self.after else {}).get(key)
+
+    def asking(self, asks: Asks) -> Intent:
+        """Not decided yet: read these first (the plan chosen so far goes along, for the admission webhook)."""
+        return Intent(asks=asks, plan=self.out.plan)
+
+    def fail(self, reason: str, message: str, *, retry: bool = False) -> Intent:
+        before = self.conditions
+        self.condition(PLANNED, False, reason, message)
+        if before != self.conditions:
+            self.event("Warning", reason, message)
+        self.out.retry = retry
+        self.out.settled = reason in DETERMINISTIC_FAILURES
+        self.out.objects = []
+        self.out.step = self.out.pin = None
+        return self.finish()
+
+    def finish(self) -> Intent:
+        self.put("conditions", self.conditions)
+        self.put("observedGeneration", self.generation)
+        if self.state is not None:
+            self.state = self.state.attested(self.author)
+            if self.state != self.origin or self.repaired:
+                self.put("remediation", self.state.to_status())
+        self.out.status = merge_patch(self.raw, self.after)
+        self.out.conditions = self.conditions
+        return self.out

@@ -1,0 +1,466 @@
+"""desired()'s sections one at a time (desired/sections/), each a pure function over a Draft: a named-case table
+per section, on Worlds built by hand (the whole pipeline is tests/unit/test_desired_intent.py's)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from llm_autopilot.api.lora import AdapterConfig
+from llm_autopilot.api.v1alpha1 import CachedAdapter, CacheStatus, LLMDeploymentSpec, SourceStatus
+from llm_autopilot.desired.lora_sync import LoRAReading, PodView, Served
+from llm_autopilot.desired.patch import merge_patch
+from llm_autopilot.desired.pipeline import desired
+from llm_autopilot.desired.planning import Rendered, context_of, counted_plan, render
+from llm_autopilot.desired.sections import burn_in, cache, lora, plan, remediation, source, verification
+from llm_autopilot.desired.status_read import read_status
+from llm_autopilot.desired.vocabulary import Asks, Draft
+from llm_autopilot.desired.world import (
+    AdapterReading,
+    BurnInReading,
+    CacheObservation,
+    SourceView,
+    WorkloadView,
+)
+from llm_autopilot.planner.verify import Known
+from llm_autopilot.remediation.decide import Evidence
+from llm_autopilot.remediation.state import RemediationState
+from tests.unit.fakes import merge_patch as apply_patch
+from tests.unit.test_desired_intent import NOW, QWEN, _ready, available, world_for
+
+
+def draft(spec: dict[str, Any] = QWEN, status: dict[str, Any] | None = None, **world: Any) -> Draft:
+    return Draft(status or {}, dataclasses.replace(world_for(spec), **world), NOW)
+
+
+def rendered(d: Draft, spec: dict[str, Any] = QWEN) -> Rendered:
+    """The plan in force for ``spec`` on the Draft's World, as the pipeline renders it."""
+    ctx = context_of(LLMDeploymentSpec.model_validate(spec), d.world, d.settings)
+    choice = counted_plan(d, ctx, RemediationState().overrides)
+    return render(ctx, choice, RemediationState().overrides, d.owner, d.settings, d.world.live)
+
+
+def patch(d: Draft) -> dict[str, Any]:
+    """The status patch the Draft would give now."""
+    return merge_patch(d.raw, d.after)
+
+
+def conditions(d: Draft) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c.get("reason", "")) for c in d.conditions}
+
+
+# ---- plan and Ready -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlanCase:
+    deployment: dict[str, Any] | None
+    ready: str
+    replicas: int
+    #: status.plan as read is the plan rendered: no Planned Event, no plan in the patch
+    same_plan: bool = False
+    degraded: dict[str, Any] | None = None
+    expect_degraded: tuple[str, str] = ("False", "AsPlanned")
+
+
+PLAN_CASES = {
+    "first pass, the workload available": PlanCase(available(), "True", 1),
+    "first pass, no workload yet": PlanCase(None, "False", 0),
+    "the plan as recorded: no Planned Event": PlanCase(available(), "True", 1, same_plan=True),
+    "Degraded said by remediation is kept": PlanCase(
+        available(), "True", 1, degraded={"type": "Degraded", "status": "True", "reason": "Remediated"},
+        expect_degraded=("True", "Remediated")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLAN_CASES))
+def test_the_plan_section(name: str) -> None:
+    case = PLAN_CASES[name]
+    d = draft()
+    r = rendered(d)
+    if case.same_plan:
+        d.raw["plan"] = d.status["plan"] = d.after["plan"] = r.status.model_dump(by_alias=True, exclude_none=True)
+    if case.degraded is not None:
+        d.conditions = [case.degraded]
+    plan.report_plan(d, r, LLMDeploymentSpec.model_validate(QWEN), case.deployment)
+    got = conditions(d)
+    assert got["Planned"] == ("True", "Planned") and got["Ready"][0] == case.ready, got
+    assert got["Degraded"] == case.expect_degraded, got
+    assert patch(d)["replicas"] == case.replicas and "selector" in patch(d)
+    assert ("plan" in patch(d)) is not case.same_plan
+    assert any(e[1] == "Planned" for e in d.out.events) is not case.same_plan
+
+
+# ---- source -------------------------------------------------------------------------------------------------
+
+INSPECTED = SourceStatus(uri="pvc://models/qwen", state="Inspected", job_name="inspect-qwen")
+
+
+@dataclass(frozen=True)
+class SourceCase:
+    found: SourceView | None
+    previous: dict[str, Any] | None
+    #: status.source in the patch (absent: not in it)
+    patch: Any = "absent"
+    planned: tuple[str, str] | None = None
+    retry: bool = False
+
+
+SOURCE_CASES = {
+    "nothing read, nothing recorded": SourceCase(None, None),
+    "nothing read any more: removed": SourceCase(None, {"uri": "s3://b/m", "state": "Inspected"}, patch=None),
+    "read the first time": SourceCase(SourceView(INSPECTED), None,
+                                      patch={"uri": "pvc://models/qwen", "state": "Inspected",
+                                             "jobName": "inspect-qwen", "message": ""}),
+    "a field gone since: a null in the merge patch": SourceCase(
+        SourceView(INSPECTED), {"uri": "s3://b/m", "state": "Inspected", "endpoint": "http://s3"},
+        patch={"uri": "pvc://models/qwen", "jobName": "inspect-qwen", "message": "", "endpoint": None}),
+    "being inspected: Planned=False, retried": SourceCase(
+        SourceView(None, (), ("InspectingSource", "reading config.json")), None,
+        planned=("False", "InspectingSource"), retry=True),
+    "cannot be inspected: Planned=False with its reason": SourceCase(
+        SourceView(None, (), ("SourceNotFound", "no claim")), None, planned=("False", "SourceNotFound"),
+        retry=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOURCE_CASES))
+def test_the_source_section(name: str) -> None:
+    case = SOURCE_CASES[name]
+    d = draft(status={"source": case.previous} if case.previous is not None else {})
+    if case.found is not None and case.found.failure is not None:
+        intent = source.inspecting(d, case.found)
+        assert conditions(d)["Planned"] == case.planned and intent.retry is case.retry
+        return
+    source.report_source(d, case.found)
+    assert patch(d).get("source", "absent") == case.patch
+
+
+# ---- cache --------------------------------------------------------------------------------------------------
+
+CACHE_CONDITIONS = {
+    "complete": (CacheStatus(claim_name="c", state="Complete", bytes=10, total_bytes=10), (True, "Cached")),
+    "downloading": (CacheStatus(claim_name="c", state="Downloading", bytes=5, total_bytes=10, percent=50.0),
+                    (False, "Downloading")),
+    "failed": (CacheStatus(claim_name="c", state="Failed", message="md5 mismatch"), (False, "CacheFailed")),
+    "pending": (CacheStatus(claim_name="c", state="Pending"), (False, "Pending")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CACHE_CONDITIONS))
+def test_the_cache_condition(name: str) -> None:
+    status, expected = CACHE_CONDITIONS[name]
+    assert cache.cache_condition(status)[:2] == expected
+
+
+CACHED = {**QWEN, "model": {"name": "Qwen/Qwen3-8B", "cache": {"enabled": True}}}
+CACHE_OBSERVED = {
+    "no cache in the spec: nothing to create": (QWEN, False, list),
+    "a cache not read yet: asked for": (CACHED, False, Asks),
+    "a cache read for these inputs: its objects": (CACHED, True, list),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CACHE_OBSERVED))
+def test_the_cache_section_asks_before_it_decides(name: str) -> None:
+    spec, read, kind = CACHE_OBSERVED[name]
+    d = draft(spec)
+    parsed = LLMDeploymentSpec.model_validate(spec)
+    plan_in_force = rendered(d, spec).plan
+    first = cache.observe_cache(d, parsed, plan_in_force)
+    if read:
+        assert isinstance(first, Asks) and first.cache is not None
+        status = CacheStatus(claim_name=first.cache.claim, state="Downloading", bytes=1)
+        d.world = dataclasses.replace(d.world, cache=CacheObservation(first.cache, ({"kind": "Job"},), status))
+        first = cache.observe_cache(d, parsed, plan_in_force)
+        assert d.cache_status == status
+    assert isinstance(first, kind), first
+    cache.report_cache(d)
+    assert ("ModelCached" in conditions(d)) is (read and kind is list)
+
+
+# ---- verification and calibration ---------------------------------------------------------------------------
+
+VERIFIED = {"predictedTokens": 10, "predictedBlocks": 1, "predictedKVGiB": 1.0, "actualKVGiB": 1.0,
+            "errorPercent": 0.0, "tolerancePercent": 10.0, "verified": True, "source": "metrics",
+            "vllmVersion": "0.10.1", "time": "2031-05-17T08:00:00Z", "planHash": "p", "pods": []}
+KNOWN_VERIFICATION = {
+    "nothing recorded": (None, None),
+    "garbled": ({**VERIFIED, "pods": "not a list"}, None),
+    "judged with another tolerance": ({**VERIFIED, "tolerancePercent": 5.0}, None),
+    "no plan recorded": ({**VERIFIED, "planHash": None}, None),
+    "read for plan p": (VERIFIED, Known("p", frozenset())),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_VERIFICATION))
+def test_what_status_verification_read(name: str) -> None:
+    raw, expected = KNOWN_VERIFICATION[name]
+    read = read_status({"verification": raw} if raw is not None else {})
+    assert verification.known_verification(read.status.verification, 10.0) == expected
+    assert bool(read.problems) is (name == "garbled")
+
+
+def test_the_verification_section_asks_for_the_plans_pods_first() -> None:
+    d = draft()
+    r = rendered(d)
+    asked = verification.report_verification(d, r, 10.0, None)
+    assert asked is not None and asked.verification is not None and asked.verification.plan_hash == r.plan_hash
+    assert patch(d) == {} and d.conditions == []
+
+
+# ---- burn-in ------------------------------------------------------------------------------------------------
+
+PASSED = {"pod": "a", "passed": True, "reason": "r", "message": "m", "gpuSeconds": 1.0}
+KNOWN_BURN_IN = {
+    "nothing recorded": (None, "p", set()),
+    "garbled": ({"planHash": "p", "pods": [{**PASSED, "pod": 3}]}, "p", set()),
+    "another plan's": ({"planHash": "q", "pods": [PASSED]}, "p", set()),
+    "this plan's": ({"planHash": "p", "pods": [PASSED]}, "p", {"a"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_BURN_IN))
+def test_the_burn_in_verdicts_recorded(name: str) -> None:
+    raw, plan_hash, pods = KNOWN_BURN_IN[name]
+    read = read_status({"burnIn": raw} if raw is not None else {})
+    assert set(burn_in.known_burn_in(read.status.burn_in, plan_hash)) == pods
+
+
+BURNED = {**QWEN, "verification": {"burnIn": {}}}
+BURN_IN_CASES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    "no burn-in asked: its condition and status.burnIn go": (
+        QWEN, {"burnIn": {"planHash": "p", "pods": []},
+               "conditions": [{"type": "BurnInPassed", "status": "True", "reason": "Passed"}]}, {"burnIn": None}),
+    "asked, no pod ready yet: waiting": (BURNED, {}, {}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BURN_IN_CASES))
+def test_the_burn_in_section(name: str) -> None:
+    spec, status, expected = BURN_IN_CASES[name]
+    d = draft(spec, status)
+    r = rendered(d, spec)
+    d.world = dataclasses.replace(d.world, burn_in=BurnInReading(r.plan_hash))
+    signal = burn_in.report_burn_in(d, LLMDeploymentSpec.model_validate(spec), r)
+    assert signal is None
+    for key, value in expected.items():
+        assert patch(d)[key] == value
+    assert ("BurnInPassed" in conditions(d)) is (spec is BURNED)
+
+
+# ---- LoRA ---------------------------------------------------------------------------------------------------
+
+LORA = {**QWEN, "lora": {"adapters": [{"name": "a", "source": "hf://acme/a"}], "maxLoraRank": 8}}
+ADAPTER_REFUSALS = {
+    "no LoRA": (QWEN, AdapterReading(), None),
+    "an adapter within the rank": (LORA, AdapterReading(configs={"a": AdapterConfig(8, None)}), None),
+    "an adapter above the rank: refused for good": (
+        LORA, AdapterReading(configs={"a": AdapterConfig(64, None)}), ("LoRAAdapterRefused", False)),
+    "an adapter not read: retried": (LORA, AdapterReading(errors=["a: 404"]), ("LoRAAdapterUnresolved", True)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADAPTER_REFUSALS))
+def test_the_adapters_refused(name: str) -> None:
+    spec, reading, expected = ADAPTER_REFUSALS[name]
+    refused = lora.adapter_refusal(LLMDeploymentSpec.model_validate(spec), reading)
+    assert (None if refused is None else (refused.reason, refused.retry)) == expected
+
+
+def _adapter(state: str, message: str = "") -> CachedAdapter:
+    return CachedAdapter(name=state.lower(), source="s3://b/a", folder="a", job_name="j", state=state,
+                         message=message)
+
+
+DOWNLOADS = {
+    "no cache": (None, {}),
+    "complete: served": (CacheStatus(claim_name="c", state="Complete", adapters=[_adapter("Complete")]), {}),
+    "downloading: waits": (CacheStatus(claim_name="c", state="Complete", adapters=[_adapter("Downloading")]),
+                           {"downloading": "downloading into PVC c (Job j, Downloading); served once complete"}),
+    "failed: says why": (CacheStatus(claim_name="c", state="Complete", adapters=[_adapter("Failed", "403")]),
+                         {"failed": "its download into PVC c failed: 403"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DOWNLOADS))
+def test_the_adapters_still_downloading(name: str) -> None:
+    status, waiting = DOWNLOADS[name]
+    assert lora.downloads_waiting(status) == waiting
+
+
+# ---- remediation --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WorkloadCase:
+    spec: dict[str, Any]
+    workload: bool
+    evidence: bool
+    burn_in: bool = False
+    asks: set[str] = field(default_factory=set)
+
+
+WORKLOAD_CASES = {
+    "nothing read: the workload and its evidence": WorkloadCase(QWEN, False, False, asks={"workload", "evidence"}),
+    "no evidence yet: asked again": WorkloadCase(QWEN, True, False, asks={"workload", "evidence"}),
+    "read: the workload as read": WorkloadCase(QWEN, True, True),
+    "a burn-in not read yet: asked with the workload": WorkloadCase(
+        BURNED, True, True, asks={"workload", "evidence", "burn_in"}),
+    "a burn-in read: the workload as read": WorkloadCase(BURNED, True, True, burn_in=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOAD_CASES))
+def test_the_remediation_section_asks_for_the_workload_and_its_evidence(name: str) -> None:
+    case = WORKLOAD_CASES[name]
+    d = draft(case.spec)
+    r = rendered(d, case.spec)
+    d.world = dataclasses.replace(
+        d.world, workload=WorkloadView(r.plan_hash, available()) if case.workload else None,
+        evidence=Evidence(plan_id=r.plan_hash) if case.evidence else None,
+        burn_in=BurnInReading(r.plan_hash) if case.burn_in else None)
+    got = remediation.workload_of(d, LLMDeploymentSpec.model_validate(case.spec), r, RemediationState())
+    if not case.asks:
+        assert got == available()
+        return
+    assert isinstance(got, Asks)
+    assert {f.name for f in dataclasses.fields(got) if getattr(got, f.name) is not None} == case.asks
+
+
+def test_the_remediation_section_reads_only_the_operators_steps() -> None:
+    d = draft(status={"remediation": {"steps": "garbled"}})
+    ctx = context_of(LLMDeploymentSpec.model_validate(QWEN), d.world, d.settings)
+    state = remediation.read_state(d, ctx)
+    assert state.overrides == RemediationState().overrides and d.state == state
+
+
+def test_sections_write_only_through_the_draft() -> None:
+    """A section given a World that is not read yet asks; it leaves the status as read untouched."""
+    status: dict[str, Any] = {"observedGeneration": 2}
+    d = draft(status=status)
+    assert isinstance(remediation.workload_of(d, LLMDeploymentSpec.model_validate(QWEN), rendered(d),
+                                              RemediationState()), Asks)
+    assert d.raw == {"observedGeneration": 2} and patch(d) == {}
+
+
+# ---- the status patch ---------------------------------------------------------------------------------------
+
+MERGE_PATCHES: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {
+    "equal: nothing": ({"a": 1, "b": {"c": [1]}}, {"a": 1, "b": {"c": [1]}}, {}),
+    "a key removed: null": ({"a": 1, "b": 2}, {"a": 1}, {"b": None}),
+    "a key added": ({}, {"a": {"b": 1}}, {"a": {"b": 1}}),
+    "an object changed: only its changed fields, nulls for the gone ones": (
+        {"a": {"b": 1, "c": 2, "d": 3}}, {"a": {"b": 1, "c": 5}}, {"a": {"c": 5, "d": None}}),
+    "a list changed: replaced whole": ({"a": [1, 2]}, {"a": [2]}, {"a": [2]}),
+    "a garbled value replaced by an object: the whole object": ({"a": "junk"}, {"a": {"b": 1}}, {"a": {"b": 1}}),
+    "a None in the decided status: absent": ({"a": 1}, {"a": None}, {"a": None}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MERGE_PATCHES))
+def test_the_merge_patch(name: str) -> None:
+    before, after, expected = MERGE_PATCHES[name]
+    assert merge_patch(before, after) == expected
+    assert apply_patch(before, expected) == {k: v for k, v in after.items() if v is not None}  # RFC 7386 applied
+
+
+# ---- the status read ----------------------------------------------------------------------------------------
+
+GARBLED = {
+    "conditions not a list": ("conditions", "junk"),
+    "a condition without a type": ("conditions", [{"status": "True", "reason": "r"}]),
+    "a condition that is a string": ("conditions", ["Planned"]),
+    "a plan that is a number": ("plan", 7),
+    "status.burnIn garbled": ("burnIn", {"planHash": ["x"]}),
+    "status.cache garbled": ("cache", {"state": "Exploded"}),
+    "status.source garbled": ("source", "s3://elsewhere"),
+    "status.verification garbled": ("verification", {"pods": 3}),
+    "status.kvCalibration garbled": ("kvCalibration", ["x"]),
+    "status.loraSources garbled": ("loraSources", {"a": 1}),
+    "status.lora garbled": ("lora", 1),
+    "status.replicas garbled": ("replicas", "three"),
+    "status.observedGeneration garbled": ("observedGeneration", {"x": 1}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GARBLED))
+def test_a_status_field_that_does_not_parse_is_reported_and_decided_again(name: str) -> None:
+    key, junk = GARBLED[name]
+    intent = desired(QWEN, {key: junk}, _ready(QWEN), NOW)  # never a traceback
+    said = {c["type"]: c for c in intent.conditions}["StatusRead"]
+    assert said["status"] == "False" and f"status.{key}" in said["message"], said
+    assert ("Warning", "StatusUnreadable", said["message"]) in intent.events
+    assert intent.objects and {c["type"]: c["status"] for c in intent.conditions}["Planned"] == "True"
+    assert key in intent.status  # rewritten, or removed (null)
+    # the next pass reads a clean status: said once, then True again
+    clean = apply_patch({key: junk}, intent.status)
+    again = desired(QWEN, clean, _ready(QWEN), NOW)
+    assert {c["type"]: c["status"] for c in again.conditions}["StatusRead"] == "True"
+    assert not any(e[1] == "StatusUnreadable" for e in again.events)
+
+
+def test_a_status_that_parses_says_nothing_of_it() -> None:
+    intent = desired(QWEN, {}, _ready(QWEN), NOW)
+    assert "StatusRead" not in {c["type"] for c in intent.conditions}
+
+
+# ---- status.lora ---------------------------------------------------------------------------------------------
+
+RUNTIME_LORA = {**QWEN, "lora": {"adapters": [{"name": "sql", "source": "hf://org/sql"}], "maxLoraRank": 8}}
+SQL = Served("sql", "org/sql")
+FAILED_LOAD = ("Warning", "LoRAAdapterFailed", "load sql on p-0: 500: boom")
+
+
+@dataclass(frozen=True)
+class LoRACase:
+    spec: dict[str, Any]
+    reading: LoRAReading | None
+    #: status.lora as read: a pass on the same reading's (True), or none
+    previous: bool = False
+    #: the effect asked of the shell, status.lora decided (absent: not yet), settled, events said
+    asks: bool = False
+    status: bool = False
+    settled: bool = True
+    events: int = 0
+
+
+LORA_CASES = {
+    "no LoRA: status.lora goes, no pod is called": LoRACase(QWEN, None, previous=True),
+    "LoRA, pods not brought yet: the shell is asked": LoRACase(RUNTIME_LORA, None, asks=True),
+    "every pod serves the adapter: settled": LoRACase(RUNTIME_LORA, LoRAReading((PodView("p-0", (SQL,)),)),
+                                                      status=True),
+    "a pod failed to load it: said, unsettled": LoRACase(
+        RUNTIME_LORA, LoRAReading((PodView("p-0", (), {"sql": "500: boom"}),), (FAILED_LOAD,)), status=True,
+        settled=False, events=1),
+    "the same failure already in the status: not said again": LoRACase(
+        RUNTIME_LORA, LoRAReading((PodView("p-0", (), {"sql": "500: boom"}),), (FAILED_LOAD,)),
+        previous=True, status=True, settled=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LORA_CASES))
+def test_the_lora_section(name: str) -> None:
+    case = LORA_CASES[name]
+
+    def report(status: dict[str, Any] | None) -> Draft:
+        d = draft(case.spec, status)
+        d.world = dataclasses.replace(d.world, lora=case.reading or LoRAReading((PodView("p-0", (SQL,)),)))
+        d.out.settled = True
+        lora.report_lora(d, LLMDeploymentSpec.model_validate(RUNTIME_LORA), rendered(d, case.spec).plan.config)
+        return d
+
+    previous = report(None).after["lora"] if case.previous else None
+    d = draft(case.spec, {"lora": previous} if previous else None)
+    d.world = dataclasses.replace(d.world, lora=case.reading)
+    d.out.settled = True
+    lora.report_lora(d, LLMDeploymentSpec.model_validate(case.spec), rendered(d, case.spec).plan.config)
+    assert (d.out.lora is not None) is case.asks
+    if case.spec is QWEN:
+        assert patch(d) == ({"lora": None} if case.previous else {})
+    elif case.status:
+        assert d.after["lora"]["adapters"][0]["name"] == "sql"
+    else:
+        assert "lora" not in d.after
+    assert d.out.settled is case.settled and len(d.out.events) == case.events

@@ -1,0 +1,33 @@
+"""The shell as tables (controller/reconcile.py): every ask desired() can make has its reader, and the Outcome
+carries the Intent's whole Report."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from llm_autopilot.controller.reconcile import EFFECTS, READERS, Outcome
+from llm_autopilot.desired.vocabulary import Asks, Intent, Report
+
+#: read with the ask they go with (the status recorded so far, the Target the evidence is gathered for)
+COMPANIONS = {"known_cache": "cache", "evidence": "workload"}
+
+
+def test_every_ask_has_a_reader() -> None:
+    asks = {f.name for f in dataclasses.fields(Asks)}
+    assert set(READERS) == asks - set(COMPANIONS)
+    assert set(COMPANIONS.values()) <= set(READERS)
+
+
+def test_every_effect_has_an_executor() -> None:
+    assert [e.__name__ for e in EFFECTS] == ["_record_calibration", "_run_burn_ins", "_write_gates"]
+
+
+def test_the_outcome_carries_the_intents_report() -> None:
+    intent = Intent(status={"a": 1}, events=[("Normal", "R", "m")], retry=True, retry_reason="why", retry_delay=2.0,
+                    settled=True, plan_hash="p", metrics="ok", kv_question=(300, 0.9), objects=[{"kind": "X"}])
+    out = Outcome.of(intent, status={"b": 2}, writes=3)
+    for f in dataclasses.fields(Report):
+        if f.name != "status":
+            assert getattr(out, f.name) == getattr(intent, f.name), f.name
+    assert out.status == {"b": 2} and out.writes == 3 and out.full
+    assert out.events is not intent.events  # the shell may add to its own list
