@@ -40,7 +40,6 @@ from llm_autopilot.controller.gather import (
 )
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings, SaturationRounds
-from llm_autopilot.controller.observed import INSTANCE_LABEL
 from llm_autopilot.controller.quiet import OPERATOR_VERSION, QuietMemory, Seen, fingerprint, later, metrics_verdict
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.desired import lora_sync, planning
@@ -65,7 +64,7 @@ from llm_autopilot.planner.pools import PoolChoice
 from llm_autopilot.remediation.decide import METRICS_AVAILABLE
 from llm_autopilot.remediation.ladder import Overrides
 from llm_autopilot.render import groups
-from llm_autopilot.render.kubernetes import Owner
+from llm_autopilot.render.kubernetes import Owner, instance_selector
 from llm_autopilot.render.workload import Shape
 from llm_autopilot.vllm.versions import VersionError
 
@@ -262,7 +261,7 @@ class Reconciler:
         updates = lora_sync.updates_for(asked.spec, asked.config.vllm.version, nodes=asked.config.nodes)
         if updates is None:
             return LoRAReading()
-        pods = lora_runtime.ready_pods(self.kube.pods(self.owner.namespace, f"{INSTANCE_LABEL}={self.owner.name}"))
+        pods = lora_runtime.ready_pods(self.kube.pods(self.owner.namespace, instance_selector(self.owner.name)))
         views, events = lora_runtime.sync_pods(updates, lora_sync.wanted(asked.spec, tuple(asked.waiting)), pods)
         for _, reason, message in events:
             logger.info("%s/%s: %s: %s", self.owner.namespace, self.owner.name, reason, message)
