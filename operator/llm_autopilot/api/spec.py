@@ -44,6 +44,7 @@ from llm_autopilot.api.sources import (
     parse_source,
     source_problem,
 )
+from llm_autopilot.domain import egress
 from llm_autopilot.planner.verify import TOLERANCE_PERCENT as VERIFICATION_TOLERANCE_PERCENT
 
 QuantizationName = Literal["none", "fp8", "awq", "gptq"]
@@ -104,13 +105,24 @@ class S3Options(APIModel):
     endpoint: str | None = Field(
         None, max_length=2048, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
         description="Store URL, e.g. `http://seaweedfs.storage:8333`. Defaults to AWS: "
-        "`https://s3.<region>.amazonaws.com`. Buckets are addressed path-style (`<endpoint>/<bucket>/<key>`).")
+        "`https://s3.<region>.amazonaws.com`. Buckets are addressed path-style (`<endpoint>/<bucket>/<key>`). "
+        "The operator reads the model's config through it: a private or cluster address must be in the "
+        "operator's egress allowlist (Helm value egress.allow); link-local (cloud metadata), unspecified and "
+        "multicast addresses are refused.")
     region: str = Field(
         "us-east-1", min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$",
         description="Region the requests are signed for (SigV4). Default us-east-1.")
     credentials_secret_ref: S3CredentialsRef | None = Field(
         None, description="Secret with the access key id and secret access key. Omit for a public bucket "
         "(unsigned requests).")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _reachable(cls, endpoint: str | None) -> str | None:
+        problem = egress.endpoint_problem(endpoint) if endpoint is not None else None
+        if problem is not None:
+            raise invalid(problem)
+        return endpoint
 
 
 ModelURI = Annotated[str, Field(min_length=6, max_length=1024), checked(source_problem)]
