@@ -34,7 +34,7 @@ from llm_autopilot.api.fields import (
     checked,
     invalid,
 )
-from llm_autopilot.api.serve_flags import PASSED_FLAGS
+from llm_autopilot.api.serve_flags import PASSED_FLAGS, extra_args_problems
 from llm_autopilot.api.sources import (
     HubSource,
     S3Source,
@@ -353,6 +353,14 @@ class VLLMSettings(APIModel):
     def passed_args(self) -> tuple[str, ...]:
         """The fields passed to ``vllm serve`` as given (api/serve_flags.PASSED_FLAGS), in the table's order."""
         return tuple(arg for passed in PASSED_FLAGS for arg in passed.args(getattr(self, passed.field)))
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_owned_config_keys(cls, args: list[str]) -> list[str]:
+        problems = extra_args_problems(args)  # each argument alone is checked by its type; this reads them together
+        if problems:
+            raise invalid("; ".join(f"extraArgs[{i}]: {p}" for i, p in problems))
+        return args
 
     @field_validator("env")
     @classmethod
