@@ -128,6 +128,10 @@ class S3Options(APIModel):
 ModelURI = Annotated[str, Field(min_length=6, max_length=1024), checked(source_problem)]
 
 
+#: the smallest cache PVC admitted: below it no checkpoint fits (and 0 is refused by the API server)
+CACHE_SIZE_MIN_BYTES = 2**20
+
+
 class ModelCache(APIModel):
     """A PersistentVolumeClaim holding the weights, filled once by a download Job, shared by every replica and
     every remediation step of the same model and revision in the namespace."""
@@ -141,7 +145,26 @@ class ModelCache(APIModel):
         "ReadWriteMany", description="ReadWriteMany (default) lets pods on any node mount it; ReadWriteOnce "
         "(node-local volumes) keeps every pod on the volume's node.")
     existing_claim: ObjectName | None = Field(
-        None, description="Use this PVC in the namespace instead of creating one (the download Job fills it).")
+        None, description="Use this PVC in the namespace instead of creating one (the download Job fills it). At "
+        f"most {rules.LABEL_VALUE_MAX} characters: the download Job carries it as a label.")
+
+    @field_validator("size")
+    @classmethod
+    def _holds_a_model(cls, size: int | str | None) -> int | str | None:
+        if size is not None and rules.parse_quantity(size) < CACHE_SIZE_MIN_BYTES:
+            raise invalid(f"cache.size {size!r} is less than 1Mi: no model fits (and the API server refuses a PVC "
+                          "of 0 bytes); give the checkpoint's size with room, e.g. 64Gi, or omit it for the "
+                          "checkpoint's size plus 10 % and 1 GiB")
+        return size
+
+    @field_validator("existing_claim")
+    @classmethod
+    def _fits_a_label(cls, claim: str | None) -> str | None:
+        if claim is not None and len(claim) > rules.LABEL_VALUE_MAX:
+            raise invalid(f"existingClaim {claim[:20]!r}... is {len(claim)} characters: the download Job labels "
+                          f"its pods with the claim's name, and a label value has at most {rules.LABEL_VALUE_MAX}; "
+                          "use a claim with a shorter name")
+        return claim
 
 
 class ModelSource(APIModel):
