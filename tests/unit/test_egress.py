@@ -230,6 +230,16 @@ def test_s3_errors_never_echo_the_body(status: int, body: str) -> None:
     assert "AAAA" not in str(raised.value) and str(status) in str(raised.value)
 
 
+def test_a_protocol_error_does_not_quote_what_the_endpoint_sent() -> None:
+    def banner(_: httpx.Request) -> httpx.Response:
+        raise httpx.RemoteProtocolError("illegal status line: bytearray(b'SSH-2.0-OpenSSH_9.6 secret-banner')")
+
+    s3 = S3Client("http://s3.example.com", "us-east-1", transport=httpx.MockTransport(banner))
+    with pytest.raises(S3Error) as raised:
+        s3.get("bucket", "config.json")
+    assert "RemoteProtocolError" in str(raised.value) and "secret-banner" not in str(raised.value)
+
+
 def test_a_listing_that_is_not_xml_is_an_s3_error() -> None:
     s3 = S3Client("http://s3.example.com", "us-east-1",
                   transport=httpx.MockTransport(lambda _: httpx.Response(200, text="not xml")))

@@ -120,8 +120,10 @@ class S3Client:
         except EgressRefused as exc:  # says which field, why, and what opens it
             raise S3Error(f"not contacted for {where}: {exc}") from None
         except httpx.HTTPError as exc:
-            raise S3Error(f"cannot reach the S3 endpoint {self._endpoint} for {where} ({type(exc).__name__}: "
-                          f"{exc}); check {self._field}.endpoint") from exc
+            # a connection's own failure says why; a protocol error's text may quote what the endpoint sent
+            said = f": {exc}" if isinstance(exc, httpx.ConnectError | httpx.TimeoutException) else ""
+            raise S3Error(f"cannot reach the S3 endpoint {self._endpoint} for {where} ({type(exc).__name__}"
+                          f"{said}); check {self._field}.endpoint") from exc
         if response.status_code >= 400 and response.status_code not in {404, 416}:
             if stream:
                 response.read()
