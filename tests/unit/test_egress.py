@@ -5,11 +5,13 @@ body."""
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 import httpx
 import pytest
 
 from llm_autopilot.api.spec import S3Options
+from llm_autopilot.controller.admission import review
 from llm_autopilot.controller.burn_in_load import run_load
 from llm_autopilot.controller.lora_runtime import ReadyPod, sync_pods
 from llm_autopilot.controller.pod_reads import read_vllm_version
@@ -20,6 +22,7 @@ from llm_autopilot.domain.burn_in import BurnInLoad
 from llm_autopilot.domain.egress import Kind
 from llm_autopilot.storage.egress_http import CheckedTransport, EgressRefused
 from llm_autopilot.storage.s3 import S3Client, S3Error
+from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
 
 METADATA = ipaddress.IPv4Address("169.254.169.254")
 
@@ -272,3 +275,35 @@ def test_pods_at_a_refused_address_are_not_contacted() -> None:
                          client=lambda _: pytest.fail("contacted"))
     assert views[0].unreadable and "link-local" in views[0].unreadable
     assert contacted == []
+
+
+# --- the webhook, with the allowlist the operator runs with ---------------------------------------------------
+
+def s3_spec(endpoint: str, *, lora: bool = False) -> dict[str, Any]:
+    s3 = {"endpoint": endpoint}
+    if lora:
+        return {"model": {"name": "Qwen/Qwen3-8B", "cache": {"enabled": True}}, "gpu": {"product": "nvidia-l4"},
+                "lora": {"adapters": [{"name": "a", "source": "s3://adapters/a"}], "s3": s3}}
+    return {"model": {"name": "Qwen/Qwen3-8B", "source": "s3://models/qwen3-8b", "s3": s3,
+                      "cache": {"enabled": True}}, "gpu": {"product": "nvidia-l4"}}
+
+
+@pytest.mark.parametrize("endpoint, allow, allowed", [
+    ("http://10.0.0.5:8333", "", False),
+    ("http://10.0.0.5:8333", "10.0.0.0/8", True),
+    ("http://127.0.0.1:8333", "", False),
+    ("http://127.0.0.1:8333", "10.0.0.0/8", False),
+    ("http://127.0.0.1:8333", "127.0.0.1", True),
+    ("http://[fd12::5]:8333", "", False),
+    ("http://seaweedfs.storage:8333", "", True),  # a name: judged where the operator connects
+    ("https://52.216.1.1", "", True),
+])
+@pytest.mark.parametrize("lora", [False, True], ids=["model", "lora"])
+def test_the_webhook_judges_a_literal_address_with_the_operators_allowlist(
+        monkeypatch: pytest.MonkeyPatch, endpoint: str, allow: str, allowed: bool, lora: bool) -> None:
+    monkeypatch.setenv(egress.ALLOW_ENV, allow)
+    verdict = review(s3_spec(endpoint, lora=lora), str(DEFAULT_VLLM_VERSION))
+    assert verdict.allowed is allowed, verdict.message
+    if not allowed:
+        assert ("spec.lora.s3.endpoint" if lora else "spec.model.s3.endpoint") in verdict.message
+        assert "egress.allow" in verdict.message
