@@ -121,3 +121,11 @@ def test_the_store_the_allowlist_names_is_reached(kubectl: Kubectl, operator: Op
 
     found = wait_for("a condition with the store's answer", answered, timeout=90)
     assert "egress.allow" not in found["message"], found
+
+
+@pytest.mark.parametrize("endpoint", ["http://10.99.0.5:8333", "http://127.0.0.1:8333"])
+def test_a_literal_address_the_allowlist_does_not_name_is_refused_at_apply(
+        kubectl: Kubectl, operator: Operator, namespace: str, endpoint: str) -> None:
+    result = kubectl("apply", "-n", namespace, "-f", "-", check=False,
+                     input=yaml.safe_dump(llmd("private", s3_model(endpoint))))
+    assert result.returncode != 0 and "egress.allow" in result.stderr, result.stderr
