@@ -41,6 +41,13 @@ def _tls(value: str) -> bool | str:
     return value  # a CA bundle path
 
 
+def _allowlist(value: str) -> Allowlist:
+    try:
+        return parse_allowlist(value)
+    except AllowlistError as exc:
+        raise SettingsError(str(exc)) from None
+
+
 @dataclass(frozen=True)
 class OperatorSettings:
     #: namespaces to watch; empty means all (cluster-wide)
@@ -148,13 +155,6 @@ class OperatorSettings:
                                              defaults.calibration_read_seconds, minimum=1),
             egress_allow=_allowlist(e.get(ALLOW_ENV, "")),
         )
-
-
-def _allowlist(value: str) -> Allowlist:
-    try:
-        return parse_allowlist(value)
-    except AllowlistError as exc:
-        raise SettingsError(str(exc)) from None
 
 
 #: the namespace of the pod the operator runs in (in a cluster)
