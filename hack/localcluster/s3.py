@@ -132,7 +132,10 @@ def env_lines(cluster: Cluster) -> list[str]:
     return [f"export LLM_AUTOPILOT_S3_ENDPOINT={endpoint(cluster)}",
             f"export LLM_AUTOPILOT_S3_ACCESS_KEY={keys['accessKey']}",
             f"export LLM_AUTOPILOT_S3_SECRET_KEY={keys['secretKey']}",
-            f"export LLM_AUTOPILOT_S3_ACCESS_LOG={access_log(cluster)}"]
+            f"export LLM_AUTOPILOT_S3_ACCESS_LOG={access_log(cluster)}",
+            # the store is on the pod bridge's gateway, a private address: the operator's egress policy
+            # (domain/egress.py) reaches it only when named, as the chart's egress.allow would
+            f"export LLM_AUTOPILOT_EGRESS_ALLOW={address(cluster)}"]
 
 
 # --- the access-log collector (a Fluentd forward endpoint for JSON-marshalled records) ----------------------

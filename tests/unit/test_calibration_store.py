@@ -14,16 +14,29 @@ from typing import Any
 
 import pytest
 
-from llm_autopilot.controller.calibration_store import CONFIGMAP_NAME, CalibrationBook
+from llm_autopilot.controller.calibration_store import CONFIGMAP_NAME, KEY_ENV, CalibrationBook
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import WriteConflict
 from llm_autopilot.desired.calibration import PLANNED_BEFORE, Calibrations, SampleToRecord
-from llm_autopilot.planner.calibration import CONFIGMAP_KEY, CalibrationKey, Sample
+from llm_autopilot.planner.calibration import CONFIGMAP_KEY, CalibrationKey, Sample, sample_attestation
 from tests.unit.fakes import NAMESPACE, FakeCluster, Run
 
 NOW = datetime(2031, 5, 17, 8, 30, tzinfo=UTC)
 KEY = CalibrationKey("H100-80GB", "0.33.0", "qwen3")
 OPERATOR_NS = "llm-autopilot"
+#: the operator's attestation key (the chart's Secret): every replica has the same
+SECRET = "k" * 32
+
+
+@pytest.fixture(autouse=True)
+def attestation_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(KEY_ENV, SECRET)
+
+
+def attested(raw: dict[str, Any], key: CalibrationKey = KEY) -> dict[str, Any]:
+    """A sample as another replica of the operator writes it: with its attestation."""
+    sample = Sample(float(raw["ratio"]), datetime.fromisoformat(raw["time"]), raw["deployment"])
+    return {**raw, "attestation": sample_attestation(SECRET.encode(), key, sample)}
 
 
 @dataclass
@@ -81,7 +94,7 @@ def test_the_first_sample_creates_the_configmap_and_the_next_replaces_it() -> No
 def test_a_concurrent_writer_loses_nothing() -> None:
     theirs = {CONFIGMAP_KEY: json.dumps({"version": 1, "entries": [
         {"gpuProduct": KEY.gpu_product, "vllmVersion": KEY.vllm_version, "family": KEY.family,
-         "samples": [{"ratio": 0.95, "time": NOW.isoformat(), "deployment": "c/z"}]}]})}
+         "samples": [attested({"ratio": 0.95, "time": NOW.isoformat(), "deployment": "c/z"})]}]})}
     maps = ConfigMaps(races=[theirs])
     book = CalibrationBook(maps, OPERATOR_NS)
     assert book.record(sample(0.97, "a/x"), NOW)
@@ -127,7 +140,7 @@ def test_a_forged_entry_is_dropped_and_said_once(caplog: pytest.LogCaptureFixtur
         {"gpuProduct": KEY.gpu_product, "vllmVersion": KEY.vllm_version, "family": KEY.family, "samples": [
             {"ratio": 40, "time": NOW.isoformat(), "deployment": "evil/x"},
             {"ratio": 0.9, "time": (NOW + timedelta(days=30)).isoformat(), "deployment": "evil/y"},
-            {"ratio": 0.97, "time": NOW.isoformat(), "deployment": "a/x"}]}]}
+            attested({"ratio": 0.97, "time": NOW.isoformat(), "deployment": "a/x"})]}]}
     maps = ConfigMaps()
     maps.put(OPERATOR_NS, CONFIGMAP_NAME, {CONFIGMAP_KEY: json.dumps(forged)})
     clock = [0.0]

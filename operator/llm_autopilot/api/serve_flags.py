@@ -7,12 +7,17 @@ sets ``--compilation-config``), splits ``--flag=value``, and reads ``-O3`` as ``
 argparse then takes unambiguous prefixes (``--max-model``) and short options with their value attached
 (``-n4``): ``vllm.flags.named_options`` reads an argument so. vLLM takes the last occurrence of a flag, and
 extraArgs come after the planned flags: an owned flag in extraArgs would run something other than
-``status.plan`` says. So every owned flag is refused, with the spec field that sets it.
+``status.plan`` says. So every owned flag is refused, with the spec field that sets it. A config argument's keys
+(``--structured-outputs-config.reasoning_parser=x``, ``--structured-outputs-config '{"reasoning_parser": "x"}'``)
+that set what an owned flag sets are refused too (:data:`OWNED_CONFIG_KEYS`): vLLM gathers dotted keys into the
+config's JSON object and reads both forms alike.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llm_autopilot.vllm.flags import named_options
@@ -88,7 +93,8 @@ OWNED_FLAGS: dict[str, str] = {
     **_owned(f"set by the operator from the plan; {_BATCHED}", "--max-num-batched-tokens",
              "--max-num-scheduled-tokens"),
     **_owned("set by the operator from the plan; list the formats it may use in spec.serving.allowedQuantizations "
-             "(and pre-quantized checkpoints in spec.model.variants)", "--quantization", "-q"),
+             "(and pre-quantized checkpoints in spec.model.variants)", "--quantization", "-q",
+             "--quantization-config"),
     "--kv-cache-dtype": "set by the operator from the plan; list the dtypes it may use in "
                         "spec.serving.allowedKVCacheDtypes",
     "--dtype": "the planner sizes the weights by the checkpoint's dtype (spec.model.architecture.torchDtype); "
@@ -118,6 +124,15 @@ OWNED_FLAGS: dict[str, str] = {
     "--hf-token": f"{_SECRET_IN_ARGS}; set spec.model.hubTokenSecretRef (or HF_TOKEN in spec.vllm.env with "
                   "valueFrom.secretKeyRef) instead",
 }
+
+#: Config arguments (a JSON object, given whole or key by key as ``--<config>.<key>=value``) whose keys set what an
+#: owned flag sets, by key (vLLM's own spelling: snake_case), with what to do instead. vLLM copies
+#: ``--reasoning-parser`` into both configs' ``reasoning_parser``, and the config's own key wins where it is set.
+OWNED_CONFIG_KEYS: dict[str, dict[str, str]] = {
+    config: {"reasoning_parser": f"set by the operator from the spec; set spec.vllm.{PASSED_FLAGS[0].alias} instead"}
+    for config in ("--structured-outputs-config", "--reasoning-config")
+}
+
 
 def owned_options(arg: str) -> list[str]:
     """The owned options one extraArgs entry may set, as vLLM's parser reads it (any spelling, abbreviation)."""
@@ -153,6 +168,53 @@ _VAR_HINT = ("the kubelet expands $(NAME) in container args and env values, so t
 
 def var_reference_problem(value: str) -> str | None:
     return None if _NO_VAR_REFERENCE_RE.fullmatch(value) else f"$( is refused: {_VAR_HINT}"
+
+
+def _config_key(key: str) -> str:
+    """A config key as vLLM's config classes name it (``reasoning-parser``, ``reasoning_parser+``)."""
+    return key.strip().removesuffix("+").replace("-", "_")
+
+
+def _json_keys(value: str) -> list[str]:
+    """The top-level keys of a JSON object value; none when it is not one (vLLM would refuse it anyway)."""
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return []
+    return [str(k) for k in parsed] if isinstance(parsed, dict) else []
+
+
+def _owned_config_keys(args: Sequence[str], index: int) -> list[tuple[str, str, str]]:
+    """(config, key, why) for each owned key extraArgs[``index``] sets: as ``--<config>.<key>[=value]`` (the value
+    may be the next argument), or in the JSON object given as ``--<config>=<json>`` or ``--<config> <json>``."""
+    arg = args[index]
+    configs = sorted(named_options(arg) & OWNED_CONFIG_KEYS.keys())
+    if len(configs) != 1:
+        return []
+    config, owned = configs[0], OWNED_CONFIG_KEYS[configs[0]]
+    written, has_value, value = arg.partition("=")
+    if "." in written:
+        keys = [_config_key(written.split(".")[1])]
+    elif has_value:
+        keys = [_config_key(k) for k in _json_keys(value)]
+    elif index + 1 < len(args):
+        keys = [_config_key(k) for k in _json_keys(args[index + 1])]
+    else:
+        keys = []
+    return [(config, key, owned[key]) for key in keys if key in owned]
+
+
+def extra_args_problems(args: Sequence[str]) -> list[tuple[int, str]]:
+    """(index, why) for every extraArgs entry that cannot be passed: :func:`extra_arg_problem` of each, and the
+    keys of config arguments that set what an owned flag sets, in every spelling vLLM's parser reads."""
+    problems: list[tuple[int, str]] = []
+    for i, arg in enumerate(args):
+        if (problem := extra_arg_problem(arg)) is not None:
+            problems.append((i, problem))
+            continue
+        for config, key, why in _owned_config_keys(args, i):
+            problems.append((i, f"{_as_written(arg)} sets {config}'s {key}, which the operator owns: {why}"))
+    return problems
 
 
 def extra_arg_problem(arg: str) -> str | None:

@@ -14,6 +14,12 @@ from llm_autopilot.api import kubernetes_rules as rules
 SCHEMES = ("hf", "pvc", "s3")
 #: an S3 bucket name (the rules of AWS's general purpose buckets, which S3-compatible stores share)
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_IP_FORMAT = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+#: S3's longest key, and the longest file name under a prefix the operator reads (model.safetensors.index.json)
+_KEY_MAX = 1024
+_LONGEST_FILE = len("model.safetensors.index.json")
 _SEGMENT_CHARS = re.compile(r"^[A-Za-z0-9._~+=,@:-]+$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$")
 
@@ -94,15 +100,34 @@ def _pvc(rest: str, uri: str) -> PVCSource:
     return PVCSource(claim, path)
 
 
+def _bucket_problem(bucket: str) -> str | None:
+    """Why S3 refuses a bucket name (AWS's rules for general purpose buckets, which S3-compatible stores share)."""
+    if not _BUCKET.match(bucket) or ".." in bucket:
+        return (f"{bucket!r} is not an S3 bucket name (3 to 63 lower-case letters, digits, '.' and '-', starting "
+                "and ending with a letter or digit)")
+    if _IP_FORMAT.match(bucket):
+        return f"{bucket!r} is formatted as an IP address, which S3 refuses as a bucket name"
+    for reserved in _RESERVED_PREFIXES:
+        if bucket.startswith(reserved):
+            return f"{bucket!r} starts with {reserved!r}, which S3 reserves"
+    for reserved in _RESERVED_SUFFIXES:
+        if bucket.endswith(reserved):
+            return f"{bucket!r} ends with {reserved!r}, which S3 reserves"
+    return None
+
+
 def _s3(rest: str, uri: str) -> S3Source:
     bucket, _, prefix = rest.partition("/")
     prefix = prefix.rstrip("/")
-    if not _BUCKET.match(bucket) or ".." in bucket:
-        raise SourceError(f"{uri!r}: {bucket!r} is not an S3 bucket name (3 to 63 lower-case letters, digits, '.' "
-                          "and '-', starting and ending with a letter or digit); write s3://bucket/prefix")
+    if (problem := _bucket_problem(bucket)) is not None:
+        raise SourceError(f"{uri!r}: {problem}; write s3://bucket/prefix")
     problem = _path_problem(prefix, "the prefix")
     if problem is not None:
         raise SourceError(f"{uri!r}: {problem}")
+    if len(prefix.encode()) + 1 + _LONGEST_FILE > _KEY_MAX:
+        raise SourceError(f"{uri[:40]!r}...: the prefix is {len(prefix.encode())} bytes; S3 keys are at most "
+                          f"{_KEY_MAX} bytes, so its files (<prefix>/model.safetensors.index.json) could not be "
+                          f"read: keep the prefix at most {_KEY_MAX - 1 - _LONGEST_FILE} bytes")
     return S3Source(bucket, prefix)
 
 

@@ -34,7 +34,7 @@ from llm_autopilot.api.fields import (
     checked,
     invalid,
 )
-from llm_autopilot.api.serve_flags import PASSED_FLAGS
+from llm_autopilot.api.serve_flags import PASSED_FLAGS, extra_args_problems
 from llm_autopilot.api.sources import (
     HubSource,
     S3Source,
@@ -44,6 +44,7 @@ from llm_autopilot.api.sources import (
     parse_source,
     source_problem,
 )
+from llm_autopilot.domain import egress
 from llm_autopilot.planner.verify import TOLERANCE_PERCENT as VERIFICATION_TOLERANCE_PERCENT
 
 QuantizationName = Literal["none", "fp8", "awq", "gptq"]
@@ -104,7 +105,10 @@ class S3Options(APIModel):
     endpoint: str | None = Field(
         None, max_length=2048, pattern=r"^https?://[^\s/]+(/[^\s]*)?$",
         description="Store URL, e.g. `http://seaweedfs.storage:8333`. Defaults to AWS: "
-        "`https://s3.<region>.amazonaws.com`. Buckets are addressed path-style (`<endpoint>/<bucket>/<key>`).")
+        "`https://s3.<region>.amazonaws.com`. Buckets are addressed path-style (`<endpoint>/<bucket>/<key>`). "
+        "The operator reads the model's config through it: a private or cluster address must be in the "
+        "operator's egress allowlist (Helm value egress.allow); link-local (cloud metadata), unspecified and "
+        "multicast addresses are refused.")
     region: str = Field(
         "us-east-1", min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$",
         description="Region the requests are signed for (SigV4). Default us-east-1.")
@@ -112,8 +116,20 @@ class S3Options(APIModel):
         None, description="Secret with the access key id and secret access key. Omit for a public bucket "
         "(unsigned requests).")
 
+    @field_validator("endpoint")
+    @classmethod
+    def _reachable(cls, endpoint: str | None) -> str | None:
+        problem = egress.endpoint_problem(endpoint) if endpoint is not None else None
+        if problem is not None:
+            raise invalid(problem)
+        return endpoint
+
 
 ModelURI = Annotated[str, Field(min_length=6, max_length=1024), checked(source_problem)]
+
+
+#: the smallest cache PVC admitted: below it no checkpoint fits (and 0 is refused by the API server)
+CACHE_SIZE_MIN_BYTES = 2**20
 
 
 class ModelCache(APIModel):
@@ -129,7 +145,26 @@ class ModelCache(APIModel):
         "ReadWriteMany", description="ReadWriteMany (default) lets pods on any node mount it; ReadWriteOnce "
         "(node-local volumes) keeps every pod on the volume's node.")
     existing_claim: ObjectName | None = Field(
-        None, description="Use this PVC in the namespace instead of creating one (the download Job fills it).")
+        None, description="Use this PVC in the namespace instead of creating one (the download Job fills it). At "
+        f"most {rules.LABEL_VALUE_MAX} characters: the download Job carries it as a label.")
+
+    @field_validator("size")
+    @classmethod
+    def _holds_a_model(cls, size: int | str | None) -> int | str | None:
+        if size is not None and rules.parse_quantity(size) < CACHE_SIZE_MIN_BYTES:
+            raise invalid(f"cache.size {size!r} is less than 1Mi: no model fits (and the API server refuses a PVC "
+                          "of 0 bytes); give the checkpoint's size with room, e.g. 64Gi, or omit it for the "
+                          "checkpoint's size plus 10 % and 1 GiB")
+        return size
+
+    @field_validator("existing_claim")
+    @classmethod
+    def _fits_a_label(cls, claim: str | None) -> str | None:
+        if claim is not None and len(claim) > rules.LABEL_VALUE_MAX:
+            raise invalid(f"existingClaim {claim[:20]!r}... is {len(claim)} characters: the download Job labels "
+                          f"its pods with the claim's name, and a label value has at most {rules.LABEL_VALUE_MAX}; "
+                          "use a claim with a shorter name")
+        return claim
 
 
 class ModelSource(APIModel):
@@ -341,6 +376,14 @@ class VLLMSettings(APIModel):
     def passed_args(self) -> tuple[str, ...]:
         """The fields passed to ``vllm serve`` as given (api/serve_flags.PASSED_FLAGS), in the table's order."""
         return tuple(arg for passed in PASSED_FLAGS for arg in passed.args(getattr(self, passed.field)))
+
+    @field_validator("extra_args")
+    @classmethod
+    def _no_owned_config_keys(cls, args: list[str]) -> list[str]:
+        problems = extra_args_problems(args)  # each argument alone is checked by its type; this reads them together
+        if problems:
+            raise invalid("; ".join(f"extraArgs[{i}]: {p}" for i, p in problems))
+        return args
 
     @field_validator("env")
     @classmethod

@@ -32,12 +32,14 @@ from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.desired.intent import DETERMINISTIC_FAILURES, Intent, desired
 from llm_autopilot.desired.world import AdapterReading, GPUNode, Unresolved, World
+from llm_autopilot.domain import egress
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.hub.resolve import InvalidOverride, resolve_offline
 from llm_autopilot.planner.plan import Plan
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.kubernetes import Owner
 from llm_autopilot.render.vllm_args import unknown_flags
+from llm_autopilot.storage.egress_http import operator_allowlist
 from llm_autopilot.vllm.versions import VersionError
 
 logger = logging.getLogger(__name__)
@@ -89,6 +91,8 @@ def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | 
         return _verdict(None, desired(spec_body, {}, unread, at), [])
     if (refused := _unknown_flags(spec, default_vllm_version)) is not None:
         return AdmissionVerdict(False, refused)
+    if (refused := _refused_endpoint(spec)) is not None:
+        return AdmissionVerdict(False, refused)
     reading, warnings = adapters(spec) if adapters is not None and spec.lora is not None else (AdapterReading(), [])
     if spec.gpu.memory_gib is not None and not spec.gpu.node_selector:
         warnings.append("spec.gpu.memoryGiB names no GPU product, so the pods may land on any node with "
@@ -97,6 +101,18 @@ def review(spec_body: dict[str, Any], default_vllm_version: str, *, name: str | 
     found = tuple(_gpu_node(n) for n in nodes()) if nodes is not None and not isinstance(model, Unresolved) else ()
     world = World(model, found, ASSUMED_CRDS, owner=owner, operator=settings, adapters=reading)
     return _verdict(spec, desired(spec_body, {}, world, at), warnings)
+
+
+def _refused_endpoint(spec: LLMDeploymentSpec) -> str | None:
+    """An S3 endpoint at a literal address the operator's egress policy refuses, with the allowlist it runs with
+    (a name is judged where the operator connects: it may resolve elsewhere then)."""
+    for options, where in ((spec.model.s3, "spec.model.s3.endpoint"),
+                           (spec.lora.s3 if spec.lora is not None else None, "spec.lora.s3.endpoint")):
+        host = egress.host_of(options.endpoint) if options is not None and options.endpoint else ""
+        address = egress.parse_address(host) if host else None
+        if address is not None and (problem := egress.refusal(host, address, operator_allowlist())) is not None:
+            return f"{where}: {problem}"
+    return None
 
 
 def _verdict(spec: LLMDeploymentSpec | None, intent: Intent, warnings: list[str]) -> AdmissionVerdict:

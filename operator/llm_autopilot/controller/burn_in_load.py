@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 import httpx
 
+from llm_autopilot.domain import egress
 from llm_autopilot.domain.burn_in import FULL_KV_USAGE, BurnInLoad, BurnInMeasurement
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.vllm.metrics import KV_CACHE_USAGE_NAMES, PREEMPTIONS, REQUESTS_RUNNING, REQUESTS_WAITING
@@ -103,6 +104,9 @@ def _peak(current: float | None, value: float | None) -> float | None:
 def run_load(address: str, load: BurnInLoad, *, transport: httpx.BaseTransport | None = None,
              clock: Callable[[], float] = time.monotonic, sample_every: float = 0.1) -> BurnInMeasurement:
     """Send ``load`` to the vLLM at ``address`` and measure it (see the module's docstring)."""
+    refused = egress.pod_address_problem(address)
+    if refused is not None:  # a pod IP, in-cluster by design, but never loopback or the metadata service
+        return BurnInMeasurement(completed=0, sent=load.requests, errors=load.requests, first_error=refused)
     url = base_url(address, load.port)
     started = clock()
     deadline = started + load.timeout_seconds

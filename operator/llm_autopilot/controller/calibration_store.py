@@ -6,8 +6,11 @@ holds is judged by planner/calibration.py, what a reconcile takes from it by des
   right after the operator's own writes; a read that fails keeps the last store read.
 - Written with the resourceVersion it was read at, so two writers never lose each other's samples: a conflict
   reads again and adds the sample again.
-- The ConfigMap is input anyone with write access to it could forge: every entry is checked when read, and what
-  is dropped is logged once. A store it cannot read as a whole (not JSON, another format version) is never
+- The ConfigMap is input anyone with write access to it could forge: every entry is checked when read, whole
+  field by whole field, and each sample must carry the operator's attestation (an HMAC with the key in
+  ``LLM_AUTOPILOT_CALIBRATION_KEY``, which the chart fills from a Secret only the operator reads); what is dropped
+  is logged once. Without the variable the key is the process's own: a restart then drops the samples written
+  before it (said once). A store it cannot read as a whole (not JSON, another format version) is never
   overwritten: it calibrates nothing until it is fixed or deleted.
 """
 
@@ -15,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +43,9 @@ logger = logging.getLogger(__name__)
 CONFIGMAP_NAME = "llm-autopilot-calibration"
 LABELS = {"app.kubernetes.io/managed-by": "llm-autopilot"}
 READ_TTL_SECONDS = 60.0
+#: the key that attests the operator's own samples (the chart sets it from a Secret)
+KEY_ENV = "LLM_AUTOPILOT_CALIBRATION_KEY"
+KEY_MIN_CHARS = 32
 #: a read that failed is tried again this soon
 RETRY_SECONDS = 10.0
 #: the same deployment's same ratio within this is not written again
@@ -75,7 +83,7 @@ class CalibrationBook:
     called outside the lock, which only guards the copy kept."""
 
     def __init__(self, maps: ConfigMaps, namespace: str, *, ttl_seconds: float = READ_TTL_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, key: bytes | None = None) -> None:
         self.maps = maps
         self.namespace = namespace
         self.ttl = ttl_seconds
@@ -88,6 +96,17 @@ class CalibrationBook:
         self._problem: str | None = None
         self._said: set[str] = set()
         self.writes = 0
+        #: the key that attests the samples the operator writes
+        self.key = key if key is not None else self._key_from_env()
+
+    def _key_from_env(self) -> bytes:
+        text = os.environ.get(KEY_ENV, "").strip()
+        if len(text) >= KEY_MIN_CHARS:
+            return text.encode()
+        self._say(f"{KEY_ENV} is {'too short' if text else 'not set'} (at least {KEY_MIN_CHARS} characters): "
+                  "calibration samples are attested with a key of this process, so those written before a restart "
+                  "(or by another replica) are dropped; the chart sets it from a Secret")
+        return secrets.token_bytes(32)
 
     def current(self, now: datetime) -> tuple[CalibrationStore | None, str | None]:
         """The store (read again once the TTL has passed), and why it cannot be read while no read has worked:
@@ -124,7 +143,7 @@ class CalibrationBook:
                 if updated == read.store:  # a broken measurement (planner/calibration.py's bounds)
                     self._keep(read.store)
                     return False
-                data = {CONFIGMAP_KEY: json.dumps(store_to_json(updated), indent=1, sort_keys=True)}
+                data = {CONFIGMAP_KEY: json.dumps(store_to_json(updated, self.key), indent=1, sort_keys=True)}
                 try:
                     self.maps.write_config_map(self.namespace, CONFIGMAP_NAME, data, resource_version=read.version,
                                                labels={**read.labels, **LABELS}, annotations=read.annotations)
@@ -156,7 +175,7 @@ class CalibrationBook:
         if text is None:
             return kept
         try:
-            store, problems = parse_store(json.loads(text), now)
+            store, problems = parse_store(json.loads(text), now, self.key)
         except json.JSONDecodeError as exc:
             raise Unreadable(f"data.{CONFIGMAP_KEY} is not JSON ({exc}); fix or delete the ConfigMap") from None
         except CalibrationError as exc:

@@ -20,6 +20,7 @@ from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.controller.observed import pod_ready
 from llm_autopilot.desired import lora_sync
 from llm_autopilot.desired.lora_sync import Action, PodView, Served, Updates
+from llm_autopilot.domain import egress
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.remediation.text import clean_line
 from llm_autopilot.render.kubernetes import Owner, instance_selector
@@ -117,7 +118,12 @@ def sync_pods(updates: Updates, want: Sequence[Served], pods: Sequence[ReadyPod]
     views, events = [], []
     client = client or VLLMAdapters
     for pod in pods:
-        with client(f"http://{pod.address}:{port}") as vllm:
+        refused = egress.pod_address_problem(pod.address)
+        if refused is not None:  # a pod IP, in-cluster by design, but never loopback or the metadata service
+            views.append(PodView(pod.name, None, unreadable=refused))
+            continue
+        host = f"[{pod.address}]" if ":" in pod.address else pod.address
+        with client(f"http://{host}:{port}") as vllm:
             try:
                 served = vllm.served()
             except CallFailed as exc:

@@ -22,6 +22,7 @@ from llm_autopilot.controller.kube import LogUnavailable
 from llm_autopilot.controller.metrics import MetricsUnavailable
 from llm_autopilot.controller.observed import burn_in_gate, containers_ready, pod_ready
 from llm_autopilot.desired.world import BurnInReading, PodBurnIn
+from llm_autopilot.domain import egress
 from llm_autopilot.domain.burn_in import BurnInMeasurement
 from llm_autopilot.planner.verify import (
     ObservationError,
@@ -281,6 +282,8 @@ REMEMBERED_VERSIONS = 4096
 
 def read_vllm_version(address: str, *, transport: httpx.BaseTransport | None = None) -> str | None:
     """The version the vLLM at ``address`` reports on its /version (None: it did not say). Never raises."""
+    if egress.pod_address_problem(address) is not None:  # in-cluster by design; never loopback or metadata
+        return None
     host = f"[{address}]" if ":" in address else address
     try:  # straight to the pod: no proxy from the environment; plain http, so no CA bundle is loaded (a restart
         # asks every pod, and loading the bundle cost more than the request)

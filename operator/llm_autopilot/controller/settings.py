@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from llm_autopilot.domain.egress import ALLOW_ENV, Allowlist, AllowlistError, parse_allowlist
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
 
 
@@ -38,6 +39,13 @@ def _tls(value: str) -> bool | str:
     if lowered in ("true", "1", "yes", "on", ""):
         return True
     return value  # a CA bundle path
+
+
+def _allowlist(value: str) -> Allowlist:
+    try:
+        return parse_allowlist(value)
+    except AllowlistError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,9 @@ class OperatorSettings:
     calibration_namespace: str | None = None
     #: how often the store is read again (an edit by hand is seen within this)
     calibration_read_seconds: float = 60.0
+    #: private and cluster addresses (and hosts) the operator's own clients may reach, e.g. an in-cluster S3
+    #: store (domain/egress.py; storage/egress_http.py reads the same variable where it connects)
+    egress_allow: Allowlist = field(default_factory=Allowlist)
 
     @property
     def prometheus_round_seconds(self) -> float:
@@ -142,6 +153,7 @@ class OperatorSettings:
             calibration_namespace=_calibration_namespace(e.get("LLM_AUTOPILOT_CALIBRATION_NAMESPACE", "")),
             calibration_read_seconds=_number(e, "LLM_AUTOPILOT_CALIBRATION_READ_SECONDS",
                                              defaults.calibration_read_seconds, minimum=1),
+            egress_allow=_allowlist(e.get(ALLOW_ENV, "")),
         )
 
 

@@ -22,6 +22,7 @@ from llm_autopilot.hub.resolve import (
     resolve_model,
     resolve_offline,
 )
+from llm_autopilot.storage.egress_http import CheckedTransport
 from llm_autopilot.storage.s3 import S3Client, default_endpoint, model_objects, read_model_files
 from llm_autopilot.storage.sigv4 import Credentials
 
@@ -41,7 +42,9 @@ def s3_client(options: S3Options | None, secret: SecretReader, *, timeout: float
               field: str = "spec.model.s3") -> S3Client:
     """A client for the store ``options`` describe (``field``: where the spec says so, for the messages)."""
     region = options.region if options else "us-east-1"
-    return S3Client(s3_endpoint(options), region, s3_credentials(options, secret), timeout=timeout, field=field)
+    # the operator's own connection: only to what the egress policy allows, and to the address it checked
+    return S3Client(s3_endpoint(options), region, s3_credentials(options, secret), timeout=timeout, field=field,
+                    transport=CheckedTransport(field=f"{field}.endpoint"))
 
 
 class S3ModelReader:

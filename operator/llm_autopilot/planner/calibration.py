@@ -23,6 +23,7 @@ One bad deployment must not poison the others:
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from llm_autopilot.domain.architecture import ModelArchitecture
+from llm_autopilot.domain.attestation import attested, keyed_attestation
 from llm_autopilot.vllm.versions import VersionError, VLLMVersion
 
 #: the largest correction, in percent of one GPU's memory, either way
@@ -49,6 +51,14 @@ STORE_VERSION = 1
 #: the key of the operator's ConfigMap that holds the store's JSON
 CONFIGMAP_KEY = "calibration.json"
 _NAME_MAX = 253
+#: a GPU product (a catalog name or a GPU Feature Discovery label value) and a family (config.json's model_type
+#: or architecture), whole
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_NAME_WHAT = "letters, digits, '.', '_' and '-'"
+#: the deployment a sample is from: namespace/name
+_DEPLOYMENT = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?/[a-z0-9]([a-z0-9.-]*[a-z0-9])?")
+#: bump when the attested content changes (samples attested by an older scheme are then dropped once)
+ATTESTATION_SCHEME = "llm-autopilot.io/calibration-sample/v1"
 
 
 class CalibrationError(ValueError):
@@ -169,11 +179,32 @@ def _valid_ratio(value: object) -> bool:
             and RATIO_BOUNDS[0] <= value <= RATIO_BOUNDS[1])
 
 
-def _text(entry: Mapping[str, Any], name: str) -> str:
+def _text(entry: Mapping[str, Any], name: str, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
+    """A string field, whole: ``pattern`` must match all of it (``0.33.0; rm -rf /`` is no version)."""
     value = entry.get(name)
     if not isinstance(value, str) or not value.strip() or len(value) > _NAME_MAX:
         raise ValueError(f"{name} must be a non-empty string of at most {_NAME_MAX} characters, got {value!r:.80}")
+    if pattern is not None and not pattern.fullmatch(value):
+        raise ValueError(f"{name} must be {what}, got {value!r:.80}")
     return value
+
+
+def _version(entry: Mapping[str, Any]) -> str:
+    text = _text(entry, "vllmVersion")
+    version = str(VLLMVersion.parse(text))
+    if text != version:  # VLLMVersion.parse reads a prefix; the store's key is the version, whole
+        raise ValueError(f"vllmVersion must be a version such as 0.33.0, got {text!r:.80}")
+    return version
+
+
+def sample_attestation(key: bytes, calibration: CalibrationKey, sample: Sample) -> str:
+    """The operator's attestation of one sample, for its key: who can write the ConfigMap cannot make one."""
+    return keyed_attestation(key, ATTESTATION_SCHEME, _attested_content(calibration, sample))
+
+
+def _attested_content(calibration: CalibrationKey, sample: Sample) -> list[Any]:
+    return [calibration.gpu_product, calibration.vllm_version, calibration.family, sample.deployment,
+            round(sample.ratio, 6), sample.time.isoformat()]
 
 
 def _sample(raw: object, now: datetime) -> Sample:
@@ -192,14 +223,15 @@ def _sample(raw: object, now: datetime) -> Sample:
         raise ValueError(f"time must name its time zone, got {stamp!r:.40}")
     if time > now + CLOCK_SKEW:
         raise ValueError(f"time {stamp} is in the future")
-    return Sample(float(ratio), time, _text(raw, "deployment"))
+    return Sample(float(ratio), time, _text(raw, "deployment", _DEPLOYMENT, "namespace/name"))
 
 
-def parse_store(data: object, now: datetime) -> tuple[CalibrationStore, tuple[str, ...]]:
-    """The store from its JSON form, and one message per entry or sample dropped for being malformed.
+def parse_store(data: object, now: datetime, key: bytes | None = None) -> tuple[CalibrationStore, tuple[str, ...]]:
+    """The store from its JSON form, and one message per entry or sample dropped for being malformed or, with
+    ``key`` (the operator's), for carrying no attestation the key makes: only the operator's own samples count.
 
     ``{"version": 1, "entries": [{"gpuProduct": ..., "vllmVersion": ..., "family": ..., "samples":
-    [{"ratio": 0.98, "time": "2026-12-01T10:00:00+00:00", "deployment": "ns/name"}]}]}``
+    [{"ratio": 0.98, "time": "2026-12-01T10:00:00+00:00", "deployment": "ns/name", "attestation": "..."}]}]}``
     """
     if not isinstance(data, Mapping):
         raise CalibrationError("the calibration must be a JSON object with \"version\" and \"entries\"")
@@ -214,30 +246,38 @@ def parse_store(data: object, now: datetime) -> tuple[CalibrationStore, tuple[st
         try:
             if not isinstance(raw, Mapping):
                 raise ValueError(f"must be an object, got {raw!r:.80}")
-            version = str(VLLMVersion.parse(_text(raw, "vllmVersion")))
-            key = CalibrationKey(_text(raw, "gpuProduct"), version, _text(raw, "family"))
+            version = _version(raw)
+            calibration = CalibrationKey(_text(raw, "gpuProduct", _NAME, _NAME_WHAT), version,
+                                         _text(raw, "family", _NAME, _NAME_WHAT))
             raw_samples = raw.get("samples")
             if not isinstance(raw_samples, list):
                 raise ValueError("samples must be a list")
         except (ValueError, VersionError) as exc:
             problems.append(f"calibration entry {i} dropped: {exc}")
             continue
-        samples: dict[str, Sample] = {s.deployment: s for s in entries.get(key, ())}
+        samples: dict[str, Sample] = {s.deployment: s for s in entries.get(calibration, ())}
         for j, raw_sample in enumerate(raw_samples):
             try:
                 sample = _sample(raw_sample, now)
+                if key is not None and not attested(key, ATTESTATION_SCHEME, _attested_content(calibration, sample),
+                                                    raw_sample.get("attestation")):
+                    raise ValueError("it carries no attestation of this operator's (only its own samples count)")
             except ValueError as exc:
-                problems.append(f"calibration entry {i} ({key}) sample {j} dropped: {exc}")
+                problems.append(f"calibration entry {i} ({calibration}) sample {j} dropped: {exc}")
                 continue
             if sample.deployment not in samples or samples[sample.deployment].time < sample.time:
                 samples[sample.deployment] = sample  # one sample per deployment: the newest
-        entries[key] = tuple(sorted(samples.values(), key=lambda s: s.time)[-MAX_SAMPLES:])
+        entries[calibration] = tuple(sorted(samples.values(), key=lambda s: s.time)[-MAX_SAMPLES:])
     return CalibrationStore(entries), tuple(problems)
 
 
-def store_to_json(store: CalibrationStore) -> dict[str, Any]:
+def store_to_json(store: CalibrationStore, key: bytes | None = None) -> dict[str, Any]:
+    """The store's JSON form; with ``key``, each sample carries the operator's attestation."""
+    def sample(k: CalibrationKey, s: Sample) -> dict[str, Any]:
+        written = {"ratio": round(s.ratio, 6), "time": s.time.isoformat(), "deployment": s.deployment}
+        return {**written, "attestation": sample_attestation(key, k, s)} if key is not None else written
+
     return {"version": STORE_VERSION, "entries": [
         {"gpuProduct": k.gpu_product, "vllmVersion": k.vllm_version, "family": k.family,
-         "samples": [{"ratio": round(s.ratio, 6), "time": s.time.isoformat(), "deployment": s.deployment}
-                     for s in samples]}
+         "samples": [sample(k, s) for s in samples]}
         for k, samples in sorted(store.entries.items())]}

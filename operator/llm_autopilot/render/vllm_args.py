@@ -6,7 +6,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llm_autopilot.api.serve_flags import OWNED_FLAGS, extra_arg_problem, owned_options
+from llm_autopilot.api.serve_flags import OWNED_FLAGS, extra_args_problems, owned_options
 from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.plan import Plan
 from llm_autopilot.vllm.flags import flag_name, is_option, known_flags, normalise_flag
@@ -43,8 +43,7 @@ class ServeOptions:
     spec_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        problems = [f"extraArgs[{i}]: {p}" for i, a in enumerate(self.extra_args)
-                    if (p := extra_arg_problem(a)) is not None]
+        problems = [f"extraArgs[{i}]: {p}" for i, p in extra_args_problems(self.extra_args)]
         if problems:
             raise ExtraArgRefused("; ".join(problems))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,12 +31,15 @@ from llm_autopilot.hub.client import (
     _total_size,
     _with_modelopt,
 )
+from llm_autopilot.storage.egress_http import EgressRefused
 from llm_autopilot.storage.sigv4 import Credentials, signed_headers
 
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 #: config.json and the safetensors index are small; anything larger is not what we expect
 _JSON_MAX_BYTES = 32 * 2**20
 _CHUNK = 2**20
+#: an S3 error document is a few hundred bytes
+_ERROR_BODY_MAX = 64 * 2**10
 
 
 class S3Error(ModelFetchError):
@@ -59,13 +63,20 @@ def default_endpoint(region: str) -> str:
     return f"https://s3.{region}.amazonaws.com"
 
 
+#: an S3 error code as S3 spells them (NoSuchBucket, AccessDenied...); anything else is not shown
+_ERROR_CODE = re.compile(r"^[A-Za-z][A-Za-z0-9.]{0,63}$")
+
+
 def _error_code(response: httpx.Response) -> str:
+    """The S3 error code of an error's body; never the body itself (the status must not echo what an endpoint
+    answered)."""
     try:
-        root = ET.fromstring(response.content)
+        root = ET.fromstring(response.content[:_ERROR_BODY_MAX])
     except ET.ParseError:
         return ""
     code = root.find("Code")
-    return code.text or "" if code is not None else ""
+    text = (code.text or "").strip() if code is not None else ""
+    return text if _ERROR_CODE.match(text) else ""
 
 
 class S3Client:
@@ -106,9 +117,13 @@ class S3Client:
         where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
         try:
             response = self._http.send(request, stream=stream)
+        except EgressRefused as exc:  # says which field, why, and what opens it
+            raise S3Error(f"not contacted for {where}: {exc}") from None
         except httpx.HTTPError as exc:
-            raise S3Error(f"cannot reach the S3 endpoint {self._endpoint} for {where} ({type(exc).__name__}: "
-                          f"{exc}); check {self._field}.endpoint") from exc
+            # a connection's own failure says why; a protocol error's text may quote what the endpoint sent
+            said = f": {exc}" if isinstance(exc, httpx.ConnectError | httpx.TimeoutException) else ""
+            raise S3Error(f"cannot reach the S3 endpoint {self._endpoint} for {where} ({type(exc).__name__}"
+                          f"{said}); check {self._field}.endpoint") from exc
         if response.status_code >= 400 and response.status_code not in {404, 416}:
             if stream:
                 response.read()
@@ -172,7 +187,11 @@ class S3Client:
             response = self._request("GET", bucket, query=query)
             if response.status_code == 404:
                 raise S3Error(f"bucket {bucket!r} does not exist at {self._endpoint}")
-            root = ET.fromstring(response.content)
+            try:
+                root = ET.fromstring(response.content)
+            except ET.ParseError:
+                raise S3Error(f"the S3 store's listing of s3://{bucket}/{prefix} is not S3's XML; check "
+                              f"{self._field}.endpoint") from None
             for item in root.iter(f"{_NS}Contents"):
                 found.append(ObjectInfo(item.findtext(f"{_NS}Key") or "", int(item.findtext(f"{_NS}Size") or 0),
                                         (item.findtext(f"{_NS}ETag") or "").strip('"')))
