@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CacheStatus, LoRASourceStatus, SourceStatus
@@ -20,6 +20,9 @@ from llm_autopilot.remediation.decide import Evidence
 from llm_autopilot.render.cache import CacheInputs
 from llm_autopilot.render.kubernetes import Owner
 from llm_autopilot.render.workload import Live
+
+#: a feature's reading (World.readings)
+Reading = TypeVar("Reading")
 
 
 class OperatorDefaults(Protocol):
@@ -194,7 +197,8 @@ class World:
     workload: WorkloadView | None = None
     evidence: Evidence | None = None
     verification: VerificationReading | None = None
-    burn_in: BurnInReading | None = None
+    #: what the after-plan features' asks read (Asks.features), one per reading type
+    readings: tuple[object, ...] = ()
     applied: Applied | None = None
     #: the LoRA adapters the Ready pods serve once the shell brought them to the spec (after the objects)
     lora: LoRAReading | None = None
@@ -202,6 +206,15 @@ class World:
     #: then ``calibration_unreadable`` says why)
     calibration: CalibrationStore | None = None
     calibration_unreadable: str | None = None
+
+    def reading(self, kind: type[Reading]) -> Reading | None:
+        """The feature's reading of this type (None: not read)."""
+        return next((r for r in self.readings if isinstance(r, kind)), None)
+
+    def with_reading(self, reading: object) -> World:
+        """The World with ``reading`` in place of the one of its type."""
+        return dataclasses.replace(self, readings=(*(r for r in self.readings if type(r) is not type(reading)),
+                                                   reading))
 
     def node_pairs(self) -> Iterable[tuple[Mapping[str, str], int]]:
         """(labels, allocatable GPUs) per node: what the pool computation reads."""
