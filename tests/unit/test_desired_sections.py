@@ -11,16 +11,16 @@ import pytest
 
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CachedAdapter, CacheStatus, LLMDeploymentSpec, SourceStatus
+from llm_autopilot.desired.burn_in import BurnInAsk, BurnInReading
 from llm_autopilot.desired.lora_sync import LoRAReading, PodView, Served
 from llm_autopilot.desired.patch import merge_patch
 from llm_autopilot.desired.pipeline import desired
 from llm_autopilot.desired.planning import Rendered, context_of, counted_plan, render
 from llm_autopilot.desired.sections import burn_in, cache, lora, plan, remediation, source, verification
 from llm_autopilot.desired.status_read import read_status
-from llm_autopilot.desired.vocabulary import Asks, BurnInAsk, Draft
+from llm_autopilot.desired.vocabulary import Asks, Draft
 from llm_autopilot.desired.world import (
     AdapterReading,
-    BurnInReading,
     CacheObservation,
     SourceView,
     WorkloadView,

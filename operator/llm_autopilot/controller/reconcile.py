@@ -2,10 +2,11 @@
 
 The decisions are desired/pipeline.py's (pure: the planner, the renderer, remediation's decision, the
 conditions); this module only reads and writes: read_world (gather.py) and what the Intent asks for (READERS: the
-model cache's state, the workload, remediation's evidence, the burn-in, the plan's KV figures), then the objects,
-all or none (each write is tried as a server-side dry run first), with a remediation step and a new calibration
-choice recorded in the status before the objects that carry them, then the Intent's effects (EFFECTS, and the
-LoRA sync whose answer desired() turns into status.lora).
+model cache's state, the workload, remediation's evidence, the plan's KV figures; FEATURE_READERS: the after-plan
+features' asks, by type, from controller/features/), then the objects, all or none (each write is tried as a
+server-side dry run first), with a remediation step and a new calibration choice recorded in the status before
+the objects that carry them, then the Intent's effects (EFFECTS, by type, from controller/features/, and the LoRA
+sync whose answer desired() turns into status.lora).
 It never writes the spec and writes nothing when nothing changed. A resync enters through ``resync``, which
 first asks whether anything the reconcile reads has changed (quiet.py).
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -28,12 +29,11 @@ from llm_autopilot.catalog.gpus import UnknownGPUError
 from llm_autopilot.controller import cache_step, inspect_step, lora_runtime, telemetry
 from llm_autopilot.controller.calibration_store import CalibrationBook
 from llm_autopilot.controller.features import FEATURES
+from llm_autopilot.controller.features.burn_in import BurnInRuns
 from llm_autopilot.controller.gather import (
-    BurnIns,
     Gatherer,
     PodSource,
     SecretUnreadable,
-    read_burn_in,
     read_model,
     read_nodes,
     read_vllm_version,
@@ -50,10 +50,6 @@ from llm_autopilot.desired.planning import Context, Rendered, context_of, limits
 from llm_autopilot.desired.vocabulary import (
     MODEL_CACHED,
     Asks,
-    BurnInAsk,
-    BurnInKeep,
-    BurnInStart,
-    GateWrite,
     Intent,
     LoRAAsk,
     Report,
@@ -68,7 +64,6 @@ from llm_autopilot.desired.world import (
     WorkloadView,
     World,
 )
-from llm_autopilot.domain.burn_in import BurnInLoad, BurnInMeasurement
 from llm_autopilot.hub.resolve import ArchitectureRequired, InvalidOverride, ModelResolutionError
 from llm_autopilot.planner import verify
 from llm_autopilot.planner.plan import Plan
@@ -131,17 +126,6 @@ class Cluster(PodSource, Protocol):
     def patch_pod_condition(self, namespace: str, pod: str, condition: dict[str, Any]) -> None:
         """Write one condition of a pod's status (strategic merge by type: the kubelet's stay)."""
         ...
-
-
-class BurnInRuns(BurnIns, Protocol):
-    """The burn-in runs: read (gather.py's BurnIns), started for an owner, and kept only while wanted."""
-
-    def start(self, uid: str, address: str, load: BurnInLoad, owner: str = "") -> None: ...
-
-    def keep(self, owner: str, uids: Collection[str]) -> None:
-        """Drop the owner's runs other than ``uids``'s (controller/burn_in_load.py)."""
-        ...
-
 
 
 @dataclass
@@ -409,17 +393,9 @@ READERS: dict[str, Callable[[Reconciler, Asks, World], World]] = {
 }
 
 
-def _read_burn_in(r: Reconciler, ask: BurnInAsk) -> object:
-    """The plan's pods' burn-in: their gates and what the operator's runs measured."""
-    runs = r.burn_ins if r.burn_ins is not None else _NO_RUNS
-    return read_burn_in(r.kube, runs, ask.namespace, ask.name, ask.plan_hash)
-
-
 #: each after-plan feature's ask type and its reader (what it reads goes to World.readings)
 FEATURE_READERS: dict[type, Callable[[Reconciler, Any], object]] = {
-    BurnInAsk: _read_burn_in,
-    **{kind: read for feature in FEATURES for kind, read in feature.READERS.items()},
-}
+    kind: read for feature in FEATURES for kind, read in feature.READERS.items()}
 
 
 # ---- the executors: what an Intent leaves the shell to do once its objects are written -----------------------
@@ -431,50 +407,11 @@ def _record_calibration(r: Reconciler, decided: Intent) -> None:
         r.writes += 1
 
 
-def _start_burn_in(r: Reconciler, start: BurnInStart) -> None:
-    """A burn-in run desired() started (none without a runner)."""
-    if r.burn_ins is not None:
-        r.burn_ins.start(start.uid, start.ip, start.load, owner=r.owner.uid)
-
-
-def _keep_burn_ins(r: Reconciler, keep: BurnInKeep) -> None:
-    """The burn-in runs desired() no longer needs, dropped."""
-    if r.burn_ins is not None:
-        r.burn_ins.keep(r.owner.uid, keep.uids)
-
-
-def _write_gate(r: Reconciler, gate: GateWrite) -> None:
-    """A readiness gate desired() judged (a pod that went meanwhile is no error: its replacement is judged on
-    its own)."""
-    try:
-        r.kube.patch_pod_condition(r.owner.namespace, gate.pod, gate.condition)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        return
-    r.writes += 1
-
-
 #: each effect type an Intent may carry (Intent.effects) and its executor, run in the Intent's order once the
 #: objects are written (the objects themselves -- the cache's and the inspect Jobs among them -- are applied
 #: before, all or none; the calibration sample is recorded first; the LoRA sync is read back: Reconciler.run)
 EFFECTS: dict[type, Callable[[Reconciler, Any], None]] = {
-    BurnInStart: _start_burn_in, BurnInKeep: _keep_burn_ins, GateWrite: _write_gate,
-    **{kind: execute for feature in FEATURES for kind, execute in feature.EXECUTORS.items()},
-}
-
-
-class _NoRuns:
-    """No burn-in runner: nothing runs, nothing was measured."""
-
-    def result(self, uid: str) -> BurnInMeasurement | None:
-        return None
-
-    def running(self, uid: str) -> bool:
-        return False
-
-
-_NO_RUNS = _NoRuns()
+    kind: execute for feature in FEATURES for kind, execute in feature.EXECUTORS.items()}
 
 
 def reconcile(

@@ -17,7 +17,6 @@ from llm_autopilot.desired.calibration import SampleToRecord
 from llm_autopilot.desired.patch import merge_patch
 from llm_autopilot.desired.status_read import STATUS_READ, read_status, status_read_condition
 from llm_autopilot.desired.world import OperatorDefaults, Target, World
-from llm_autopilot.domain.burn_in import BurnInLoad
 from llm_autopilot.planner import verify
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Plan
@@ -51,15 +50,6 @@ class WorkloadAsk:
 
 
 @dataclass(frozen=True)
-class BurnInAsk:
-    """The plan whose pods' burn-in to read (their gate condition, and what the operator's runs measured)."""
-
-    namespace: str
-    name: str
-    plan_hash: str
-
-
-@dataclass(frozen=True)
 class VerificationAsk:
     """The plan whose Ready pods to read vLLM's KV figures from, and what status.verification already read."""
 
@@ -89,31 +79,6 @@ class Asks:
 
 
 # ---- the effects: what the shell does once the objects are written -----------------------------------------
-
-@dataclass(frozen=True)
-class BurnInStart:
-    """A burn-in run to start on a pod (controller/burn_in_load.py), on its own IP."""
-
-    uid: str
-    ip: str
-    load: BurnInLoad
-
-
-@dataclass(frozen=True)
-class GateWrite:
-    """The burn-in's readiness-gate condition to write on a pod (its status, strategic merge by type)."""
-
-    pod: str
-    condition: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class BurnInKeep:
-    """The pods (uids) whose burn-in runs the operator still needs: the plan in force's whose verdict the status
-    does not record yet; the object's other runs are dropped."""
-
-    uids: tuple[str, ...]
-
 
 @dataclass(frozen=True)
 class LoRAAsk:

@@ -6,14 +6,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CacheStatus, LoRASourceStatus, SourceStatus
 from llm_autopilot.desired.lora_sync import LoRAReading
 from llm_autopilot.domain.architecture import ModelArchitecture
-from llm_autopilot.domain.burn_in import BurnInMeasurement
 from llm_autopilot.planner.calibration import CalibrationStore
 from llm_autopilot.planner.verify import PodReading
 from llm_autopilot.remediation.decide import Evidence
@@ -146,33 +144,6 @@ class GPUNode:
     labels: Mapping[str, str]
     gpus: int
     memory_gib: float = 0.0
-
-
-@dataclass(frozen=True)
-class PodBurnIn:
-    """One pod of the plan in force as the burn-in sees it: whether its containers are ready (the load can
-    start), its gate condition (None: not written yet), and what the operator's run measured (None: none yet)."""
-
-    pod: str
-    uid: str
-    ip: str | None
-    containers_ready: bool
-    gate: bool | None
-    measurement: BurnInMeasurement | None = None
-    running: bool = False
-    #: a pod of a group across nodes: its group and its rank (0: the leader, which serves the API)
-    group: str | None = None
-    rank: int | None = None
-    #: when the pod's vLLM container was last OOM-killed (None: never), as the kubelet recorded it
-    oom_killed_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class BurnInReading:
-    """The burn-in of the plan ``plan_hash``'s pods (controller/burn_in_load.py runs it)."""
-
-    plan_hash: str
-    pods: tuple[PodBurnIn, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -7,4 +7,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-FEATURES: tuple[ModuleType, ...] = ()
+from llm_autopilot.controller.features import burn_in
+
+FEATURES: tuple[ModuleType, ...] = (burn_in,)

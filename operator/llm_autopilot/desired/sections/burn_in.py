@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from llm_autopilot.api.v1alpha1 import BurnInStatus, LLMDeploymentSpec, PodBurnInStatus
 from llm_autopilot.desired import burn_in
+from llm_autopilot.desired.burn_in import BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInReading, BurnInStart
 from llm_autopilot.desired.planning import Rendered
-from llm_autopilot.desired.vocabulary import BurnInAsk, BurnInKeep, BurnInStart, Draft, GateWrite
-from llm_autopilot.desired.world import BurnInReading
+from llm_autopilot.desired.vocabulary import Draft
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.render.vllm_args import VLLM_PORT
@@ -57,7 +57,7 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
     keep = BurnInKeep(tuple(leader.uid for leader, _ in units
                             if leader is not None and leader.uid and leader.pod not in known))
     starts: list[BurnInStart] = []
-    gates: list[GateWrite] = []
+    gates: list[BurnInGateWrite] = []
     for leader, members in units:
         if leader is None:  # a group whose leader is not there yet: nothing to run, not passed either
             d.waiting = True
@@ -83,7 +83,7 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
             judged.append((leader.pod, verdict))
             for pod in members:
                 if pod.gate is not verdict.passed:
-                    gates.append(GateWrite(pod.pod, {
+                    gates.append(BurnInGateWrite(pod.pod, {
                         "type": BURN_IN_GATE, "status": "True" if verdict.passed else "False",
                         "reason": verdict.reason, "message": verdict.message[:1000],
                         "lastTransitionTime": d.stamp}))
