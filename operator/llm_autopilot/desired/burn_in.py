@@ -8,6 +8,9 @@ bounded in time and in tokens. A KV cache too small for that shows as vLLM's own
 with requests waiting; that failure is remediation evidence (the KV-saturation signal) before any user sees
 it. A request that fails or a run out of time fails the burn-in without being a memory signal (an OOM kill
 during the run is the pod's termination, which remediation reads from the pod status).
+
+Burn-in's words live here too -- its ask, its reading, its effects -- for its section (desired/sections/burn_in.py)
+and its shell (controller/features/burn_in.py), which may not import a section.
 """
 
 from __future__ import annotations
