@@ -11,6 +11,7 @@ import pytest
 
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CachedAdapter, CacheStatus, LLMDeploymentSpec, SourceStatus
+from llm_autopilot.desired.burn_in import BurnInAsk, BurnInReading
 from llm_autopilot.desired.lora_sync import LoRAReading, PodView, Served
 from llm_autopilot.desired.patch import merge_patch
 from llm_autopilot.desired.pipeline import desired
@@ -20,7 +21,6 @@ from llm_autopilot.desired.status_read import read_status
 from llm_autopilot.desired.vocabulary import Asks, Draft
 from llm_autopilot.desired.world import (
     AdapterReading,
-    BurnInReading,
     CacheObservation,
     SourceView,
     WorkloadView,
@@ -243,7 +243,7 @@ def test_the_burn_in_section(name: str) -> None:
     spec, status, expected = BURN_IN_CASES[name]
     d = draft(spec, status)
     r = rendered(d, spec)
-    d.world = dataclasses.replace(d.world, burn_in=BurnInReading(r.plan_hash))
+    d.world = d.world.with_reading(BurnInReading(r.plan_hash))
     signal = burn_in.report_burn_in(d, LLMDeploymentSpec.model_validate(spec), r)
     assert signal is None
     for key, value in expected.items():
@@ -307,7 +307,7 @@ WORKLOAD_CASES = {
     "no evidence yet: asked again": WorkloadCase(QWEN, True, False, asks={"workload", "evidence"}),
     "read: the workload as read": WorkloadCase(QWEN, True, True),
     "a burn-in not read yet: asked with the workload": WorkloadCase(
-        BURNED, True, True, asks={"workload", "evidence", "burn_in"}),
+        BURNED, True, True, asks={"workload", "evidence", "features"}),
     "a burn-in read: the workload as read": WorkloadCase(BURNED, True, True, burn_in=True),
 }
 
@@ -320,13 +320,16 @@ def test_the_remediation_section_asks_for_the_workload_and_its_evidence(name: st
     d.world = dataclasses.replace(
         d.world, workload=WorkloadView(r.plan_hash, available()) if case.workload else None,
         evidence=Evidence(plan_id=r.plan_hash) if case.evidence else None,
-        burn_in=BurnInReading(r.plan_hash) if case.burn_in else None)
-    got = remediation.workload_of(d, LLMDeploymentSpec.model_validate(case.spec), r, RemediationState())
+        readings=(BurnInReading(r.plan_hash),) if case.burn_in else ())
+    spec = LLMDeploymentSpec.model_validate(case.spec)
+    features = tuple(ask for ask in (burn_in.ask(d, spec, r),) if ask is not None)
+    got = remediation.workload_of(d, spec, r, RemediationState(), features)
     if not case.asks:
         assert got == available()
         return
     assert isinstance(got, Asks)
-    assert {f.name for f in dataclasses.fields(got) if getattr(got, f.name) is not None} == case.asks
+    assert {f.name for f in dataclasses.fields(got) if getattr(got, f.name) not in (None, ())} == case.asks
+    assert [type(ask) for ask in got.features] == ([BurnInAsk] if "features" in case.asks else [])
 
 
 def test_the_remediation_section_reads_only_the_operators_steps() -> None:

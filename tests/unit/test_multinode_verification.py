@@ -22,7 +22,8 @@ from llm_autopilot.controller import world_reads
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import LogUnavailable
 from llm_autopilot.desired import burn_in
-from llm_autopilot.desired.world import AdapterReading, PodBurnIn
+from llm_autopilot.desired.burn_in import PodBurnIn
+from llm_autopilot.desired.world import AdapterReading
 from llm_autopilot.domain.burn_in import BURN_IN_GATE, BurnInMeasurement
 from llm_autopilot.domain.precision import GIB
 from llm_autopilot.planner.memory import stage_breakdown

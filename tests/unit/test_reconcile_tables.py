@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import dataclasses
 
-from llm_autopilot.controller.reconcile import EFFECTS, READERS, Outcome
+from llm_autopilot.controller.reconcile import EFFECTS, FEATURE_READERS, READERS, Outcome
+from llm_autopilot.desired.burn_in import BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInStart
 from llm_autopilot.desired.vocabulary import Asks, Intent, Report
 
 #: read with the ask they go with (the status recorded so far, the Target the evidence is gathered for)
 COMPANIONS = {"known_cache": "cache", "evidence": "workload"}
+#: the after-plan features' asks and effects, each read or executed by its type
+FEATURE_ASKS = {BurnInAsk}
+FEATURE_EFFECTS = {BurnInStart, BurnInKeep, BurnInGateWrite}
 
 
 def test_every_ask_has_a_reader() -> None:
     asks = {f.name for f in dataclasses.fields(Asks)}
-    assert set(READERS) == asks - set(COMPANIONS)
+    assert set(READERS) == asks - set(COMPANIONS) - {"features"}
     assert set(COMPANIONS.values()) <= set(READERS)
+    assert set(FEATURE_READERS) == FEATURE_ASKS
 
 
 def test_every_effect_has_an_executor() -> None:
-    assert [e.__name__ for e in EFFECTS] == ["_record_calibration", "_run_burn_ins", "_write_gates"]
+    assert set(EFFECTS) == FEATURE_EFFECTS
 
 
 def test_the_outcome_carries_the_intents_report() -> None:

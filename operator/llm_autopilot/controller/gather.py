@@ -10,11 +10,9 @@ from llm_autopilot.controller.pod_reads import (
     REMEMBERED_VERSIONS,
     START_LOG_BYTES,
     VERSION_SECONDS,
-    BurnIns,
     LabelSource,
     PodReader,
     PodSource,
-    read_burn_in,
     read_vllm_version,
 )
 from llm_autopilot.controller.world_reads import (
@@ -33,7 +31,7 @@ from llm_autopilot.controller.world_reads import (
 )
 from llm_autopilot.desired.world import Target
 
-__all__ = ["REMEMBERED_CRASHES", "REMEMBERED_VERSIONS", "START_LOG_BYTES", "VERSION_SECONDS", "BurnIns", "Gatherer",
+__all__ = ["REMEMBERED_CRASHES", "REMEMBERED_VERSIONS", "START_LOG_BYTES", "VERSION_SECONDS", "Gatherer",
            "LabelSource", "LazyTokenHubClient", "PodReader", "PodSource", "SecretUnreadable", "Target", "WorldSource",
-           "crd_installed", "hub_token", "read_adapters", "read_burn_in", "read_live", "read_model",
+           "crd_installed", "hub_token", "read_adapters", "read_live", "read_model",
            "read_model_source", "read_nodes", "read_vllm_version", "read_world", "secret"]

@@ -1,6 +1,6 @@
 """Shell: what the pods of one LLMDeployment say of themselves -- vLLM's KV-cache figures (its cache_config_info
-metric in Prometheus, else its start-up log), the version each pod's vLLM reports on /version, and the pods as
-the burn-in sees them; planner/verify.py and desired/ judge them, without I/O.
+metric in Prometheus, else its start-up log) and the version each pod's vLLM reports on /version;
+planner/verify.py and desired/ judge them, without I/O.
 
 Every read is best effort and bounded: a pod neither source gives is a reading that says why, never an error.
 """
@@ -13,17 +13,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any, Protocol, Self
 
 import httpx
 
 from llm_autopilot.controller.kube import LogUnavailable
 from llm_autopilot.controller.metrics import MetricsUnavailable
-from llm_autopilot.controller.observed import burn_in_gate, containers_ready, pod_ready
-from llm_autopilot.desired.world import BurnInReading, PodBurnIn
+from llm_autopilot.controller.observed import pod_ready
 from llm_autopilot.domain import egress
-from llm_autopilot.domain.burn_in import BurnInMeasurement
 from llm_autopilot.planner.verify import (
     ObservationError,
     Observed,
@@ -101,7 +98,7 @@ class PodReader:
     def ready_plan_pods(self, namespace: str, name: str, plan_hash: str) -> tuple[str, ...]:
         """The Ready pods that run the plan ``plan_hash`` (sorted: one order for the status)."""
         return tuple(sorted(str(p["metadata"]["name"]) for p in self.pods.pods(
-            namespace, instance_selector(name)) if _runs(p, plan_hash) and pod_ready(p)))
+            namespace, instance_selector(name)) if runs_plan(p, plan_hash) and pod_ready(p)))
 
     def kv_figures(self, namespace: str, pods: tuple[str, ...], *,
                    instance: str | None = None) -> tuple[PodReading, ...]:
@@ -224,48 +221,8 @@ class PodReader:
             return None, f"{type(exc).__name__}: {exc}"
 
 
-class BurnIns(Protocol):
-    """The burn-in runs the operator keeps (controller/burn_in_load.py's BurnInRunner)."""
-
-    def result(self, uid: str) -> BurnInMeasurement | None: ...
-
-    def running(self, uid: str) -> bool: ...
-
-
-def read_burn_in(pods: PodSource, runs: BurnIns, namespace: str, name: str, plan_hash: str) -> BurnInReading:
-    """The plan ``plan_hash``'s pods as the burn-in sees them (not those being deleted), sorted by name."""
-    found = []
-    for pod in pods.pods(namespace, instance_selector(name)):
-        meta = pod.get("metadata") or {}
-        if not _runs(pod, plan_hash) or meta.get("deletionTimestamp"):
-            continue
-        uid = str(meta.get("uid") or "")
-        group, rank = groups.rank_of(meta.get("labels") or {}) or (None, None)
-        found.append(PodBurnIn(pod=str(meta.get("name")), uid=uid,
-                               ip=(pod.get("status") or {}).get("podIP") or None,
-                               containers_ready=containers_ready(pod), gate=burn_in_gate(pod),
-                               measurement=runs.result(uid) if uid else None, running=bool(uid) and runs.running(uid),
-                               group=group, rank=rank, oom_killed_at=_oom_killed_at(pod)))
-    return BurnInReading(plan_hash, tuple(sorted(found, key=lambda p: p.pod)))
-
-
-def _oom_killed_at(pod: dict[str, Any]) -> datetime | None:
-    """When the kubelet last recorded the vLLM container OOM-killed (None: never, or no readable time)."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") != CONTAINER:
-            continue
-        for state in (cs.get("state") or {}, cs.get("lastState") or {}):
-            terminated = state.get("terminated") or {}
-            if terminated.get("reason") == "OOMKilled":
-                try:
-                    at = datetime.fromisoformat(str(terminated.get("finishedAt")))
-                except ValueError:
-                    return None
-                return at if at.tzinfo is not None else at.replace(tzinfo=UTC)  # the kubelet's times are UTC
-    return None
-
-
-def _runs(pod: dict[str, Any], plan_hash: str) -> bool:
+def runs_plan(pod: dict[str, Any], plan_hash: str) -> bool:
+    """Whether the pod runs the plan ``plan_hash`` (its annotation)."""
     return bool(((pod.get("metadata") or {}).get("annotations") or {}).get(PLAN_HASH) == plan_hash)
 
 

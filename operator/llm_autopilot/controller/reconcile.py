@@ -2,10 +2,11 @@
 
 The decisions are desired/pipeline.py's (pure: the planner, the renderer, remediation's decision, the
 conditions); this module only reads and writes: read_world (gather.py) and what the Intent asks for (READERS: the
-model cache's state, the workload, remediation's evidence, the burn-in, the plan's KV figures), then the objects,
-all or none (each write is tried as a server-side dry run first), with a remediation step and a new calibration
-choice recorded in the status before the objects that carry them, then the Intent's effects (EFFECTS, and the
-LoRA sync whose answer desired() turns into status.lora).
+model cache's state, the workload, remediation's evidence, the plan's KV figures; FEATURE_READERS: the after-plan
+features' asks, by type, from controller/features/), then the objects, all or none (each write is tried as a
+server-side dry run first), with a remediation step and a new calibration choice recorded in the status before
+the objects that carry them, then the Intent's effects (EFFECTS, by type, from controller/features/, and the LoRA
+sync whose answer desired() turns into status.lora).
 It never writes the spec and writes nothing when nothing changed. A resync enters through ``resync``, which
 first asks whether anything the reconcile reads has changed (quiet.py).
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -27,12 +28,12 @@ from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import UnknownGPUError
 from llm_autopilot.controller import cache_step, inspect_step, lora_runtime, telemetry
 from llm_autopilot.controller.calibration_store import CalibrationBook
+from llm_autopilot.controller.features import FEATURES
+from llm_autopilot.controller.features.burn_in import BurnInRuns
 from llm_autopilot.controller.gather import (
-    BurnIns,
     Gatherer,
     PodSource,
     SecretUnreadable,
-    read_burn_in,
     read_model,
     read_nodes,
     read_vllm_version,
@@ -46,7 +47,14 @@ from llm_autopilot.desired import lora_sync, planning
 from llm_autopilot.desired.lora_sync import LoRAReading
 from llm_autopilot.desired.pipeline import desired
 from llm_autopilot.desired.planning import Context, Rendered, context_of, limits, render
-from llm_autopilot.desired.vocabulary import MODEL_CACHED, Asks, Intent, LoRAAsk, Report, WorkloadAsk
+from llm_autopilot.desired.vocabulary import (
+    MODEL_CACHED,
+    Asks,
+    Intent,
+    LoRAAsk,
+    Report,
+    WorkloadAsk,
+)
 from llm_autopilot.desired.world import (
     Applied,
     CacheObservation,
@@ -56,7 +64,6 @@ from llm_autopilot.desired.world import (
     WorkloadView,
     World,
 )
-from llm_autopilot.domain.burn_in import BurnInLoad, BurnInMeasurement
 from llm_autopilot.hub.resolve import ArchitectureRequired, InvalidOverride, ModelResolutionError
 from llm_autopilot.planner import verify
 from llm_autopilot.planner.plan import Plan
@@ -119,17 +126,6 @@ class Cluster(PodSource, Protocol):
     def patch_pod_condition(self, namespace: str, pod: str, condition: dict[str, Any]) -> None:
         """Write one condition of a pod's status (strategic merge by type: the kubelet's stay)."""
         ...
-
-
-class BurnInRuns(BurnIns, Protocol):
-    """The burn-in runs: read (gather.py's BurnIns), started for an owner, and kept only while wanted."""
-
-    def start(self, uid: str, address: str, load: BurnInLoad, owner: str = "") -> None: ...
-
-    def keep(self, owner: str, uids: Collection[str]) -> None:
-        """Drop the owner's runs other than ``uids``'s (controller/burn_in_load.py)."""
-        ...
-
 
 
 @dataclass
@@ -319,10 +315,13 @@ class Reconciler:
         raise RuntimeError(f"desired() still asks after {_ROUNDS} rounds: {decided.asks}")
 
     def answer(self, asks: Asks, world: World) -> World:
-        """Read what desired() asked for into the World (READERS: one reader per ask)."""
+        """Read what desired() asked for into the World (READERS: one reader per ask; a feature's ask is found
+        by its type, its reading goes to World.readings)."""
         for ask, read in READERS.items():
             if getattr(asks, ask) is not None:
                 world = read(self, asks, world)
+        for feature_ask in asks.features:
+            world = world.with_reading(FEATURE_READERS[type(feature_ask)](self, feature_ask))
         return world
 
     def outcome(self, decided: Intent, *, recorded: tuple[str, ...]) -> Outcome:
@@ -337,8 +336,9 @@ class Reconciler:
             telemetry.PLANS.labels(outcome).inc()
         for signal, kind in decided.counts:
             telemetry.REMEDIATION_STEPS.labels(signal, kind).inc()
-        for execute in EFFECTS:
-            execute(self, decided)
+        _record_calibration(self, decided)
+        for effect in decided.effects:
+            EFFECTS[type(effect)](self, effect)
         return Outcome.of(decided, status=status, writes=self.writes)
 
     def record_first(self, status: dict[str, Any]) -> None:
@@ -376,14 +376,6 @@ def _read_workload(r: Reconciler, asks: Asks, world: World) -> World:
     return world
 
 
-def _read_burn_in(r: Reconciler, asks: Asks, world: World) -> World:
-    """The plan's pods' burn-in: their gates and what the operator's runs measured."""
-    b = asks.burn_in
-    assert b is not None
-    runs = r.burn_ins if r.burn_ins is not None else _NO_RUNS
-    return dataclasses.replace(world, burn_in=read_burn_in(r.kube, runs, b.namespace, b.name, b.plan_hash))
-
-
 def _read_verification(r: Reconciler, asks: Asks, world: World) -> World:
     """vLLM's own KV figures of the plan's Ready pods not read yet."""
     asked = asks.verification
@@ -394,10 +386,16 @@ def _read_verification(r: Reconciler, asks: Asks, world: World) -> World:
     return dataclasses.replace(world, verification=VerificationReading(asked.plan_hash, readings))
 
 
-#: each ask (a field of Asks; ``known_cache`` and ``evidence`` go with ``cache`` and ``workload``) and its reader
+#: each ask (a field of Asks; ``known_cache`` and ``evidence`` go with ``cache`` and ``workload``, the
+#: features' with their types: FEATURE_READERS) and its reader
 READERS: dict[str, Callable[[Reconciler, Asks, World], World]] = {
-    "cache": _read_cache, "workload": _read_workload, "burn_in": _read_burn_in, "verification": _read_verification,
+    "cache": _read_cache, "workload": _read_workload, "verification": _read_verification,
 }
+
+
+#: each after-plan feature's ask type and its reader (what it reads goes to World.readings)
+FEATURE_READERS: dict[type, Callable[[Reconciler, Any], object]] = {
+    kind: read for feature in FEATURES for kind, read in feature.READERS.items()}
 
 
 # ---- the executors: what an Intent leaves the shell to do once its objects are written -----------------------
@@ -409,45 +407,11 @@ def _record_calibration(r: Reconciler, decided: Intent) -> None:
         r.writes += 1
 
 
-def _run_burn_ins(r: Reconciler, decided: Intent) -> None:
-    """The burn-in runs desired() started, and those it no longer needs dropped."""
-    if r.burn_ins is None:
-        return
-    for start in decided.burn_in_starts:
-        r.burn_ins.start(start.uid, start.ip, start.load, owner=r.owner.uid)
-    if decided.burn_in_keep is not None:
-        r.burn_ins.keep(r.owner.uid, decided.burn_in_keep)
-
-
-def _write_gates(r: Reconciler, decided: Intent) -> None:
-    """The readiness gates desired() judged (a pod that went meanwhile is no error: its replacement is judged on
-    its own)."""
-    for gate in decided.gate_writes:
-        try:
-            r.kube.patch_pod_condition(r.owner.namespace, gate.pod, gate.condition)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            continue
-        r.writes += 1
-
-
-#: the effects an Intent names, each with its executor, in this order (the objects themselves -- the cache's and
-#: the inspect Jobs among them -- are applied before, all or none; the LoRA sync is read back: Reconciler.run)
-EFFECTS: tuple[Callable[[Reconciler, Intent], None], ...] = (_record_calibration, _run_burn_ins, _write_gates)
-
-
-class _NoRuns:
-    """No burn-in runner: nothing runs, nothing was measured."""
-
-    def result(self, uid: str) -> BurnInMeasurement | None:
-        return None
-
-    def running(self, uid: str) -> bool:
-        return False
-
-
-_NO_RUNS = _NoRuns()
+#: each effect type an Intent may carry (Intent.effects) and its executor, run in the Intent's order once the
+#: objects are written (the objects themselves -- the cache's and the inspect Jobs among them -- are applied
+#: before, all or none; the calibration sample is recorded first; the LoRA sync is read back: Reconciler.run)
+EFFECTS: dict[type, Callable[[Reconciler, Any], None]] = {
+    kind: execute for feature in FEATURES for kind, execute in feature.EXECUTORS.items()}
 
 
 def reconcile(

@@ -8,6 +8,9 @@ bounded in time and in tokens. A KV cache too small for that shows as vLLM's own
 with requests waiting; that failure is remediation evidence (the KV-saturation signal) before any user sees
 it. A request that fails or a run out of time fails the burn-in without being a memory signal (an OOM kill
 during the run is the pod's termination, which remediation reads from the pod status).
+
+Burn-in's words live here too -- its ask, its reading, its effects -- for its section (desired/sections/burn_in.py)
+and its shell (controller/features/burn_in.py), which may not import a section.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from llm_autopilot.desired.world import PodBurnIn
 from llm_autopilot.domain.burn_in import BURN_IN_GATE, FULL_KV_USAGE, BurnInLoad, BurnInMeasurement
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.remediation.classify import Classification, Signal
@@ -24,6 +27,72 @@ from llm_autopilot.remediation.classify import Classification, Signal
 BURN_IN_PASSED = "BurnInPassed"
 #: token ids are drawn from the first ids of the vocabulary (every tokenizer has them)
 PROMPT_VOCAB = 1000
+
+
+# ---- burn-in's words: its ask, its reading, its effects (controller/features/burn_in.py reads and executes) ----
+
+@dataclass(frozen=True)
+class BurnInAsk:
+    """The plan whose pods' burn-in to read (their gate condition, and what the operator's runs measured)."""
+
+    namespace: str
+    name: str
+    plan_hash: str
+
+
+@dataclass(frozen=True)
+class PodBurnIn:
+    """One pod of the plan in force as the burn-in sees it: whether its containers are ready (the load can
+    start), its gate condition (None: not written yet), and what the operator's run measured (None: none yet)."""
+
+    pod: str
+    uid: str
+    ip: str | None
+    containers_ready: bool
+    gate: bool | None
+    measurement: BurnInMeasurement | None = None
+    running: bool = False
+    #: a pod of a group across nodes: its group and its rank (0: the leader, which serves the API)
+    group: str | None = None
+    rank: int | None = None
+    #: when the pod's vLLM container was last OOM-killed (None: never), as the kubelet recorded it
+    oom_killed_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class BurnInReading:
+    """The burn-in of the plan ``plan_hash``'s pods (controller/burn_in_load.py runs it)."""
+
+    plan_hash: str
+    pods: tuple[PodBurnIn, ...] = ()
+
+
+@dataclass(frozen=True)
+class BurnInStart:
+    """A burn-in run to start on a pod (controller/burn_in_load.py), on its own IP."""
+
+    uid: str
+    ip: str
+    load: BurnInLoad
+
+
+@dataclass(frozen=True)
+class BurnInKeep:
+    """The pods (uids) whose burn-in runs the operator still needs: the plan in force's whose verdict the status
+    does not record yet; the object's other runs are dropped."""
+
+    uids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BurnInGateWrite:
+    """The burn-in's readiness-gate condition to write on a pod (its status, strategic merge by type)."""
+
+    pod: str
+    condition: dict[str, Any]
+
+
+# ---- the load and its judgement ------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,9 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
                                                                 if a.state == "Complete"))
     live = world.live_for(choice.result.config.nodes > 1)
     current = render(ctx, choice, state.overrides, d.owner, d.settings, live)
-    view = remediation.workload_of(d, spec, current, state)
+    # the after-plan features' asks still open, asked with the workload
+    features = tuple(ask for ask in (burn_in.ask(d, spec, current),) if ask is not None)
+    view = remediation.workload_of(d, spec, current, state, features)
     if isinstance(view, Asks):
         return d.asking(view)
     burn_signal = burn_in.report_burn_in(d, spec, current)

@@ -17,7 +17,6 @@ from llm_autopilot.desired.calibration import SampleToRecord
 from llm_autopilot.desired.patch import merge_patch
 from llm_autopilot.desired.status_read import STATUS_READ, read_status, status_read_condition
 from llm_autopilot.desired.world import OperatorDefaults, Target, World
-from llm_autopilot.domain.burn_in import BurnInLoad
 from llm_autopilot.planner import verify
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Plan
@@ -51,15 +50,6 @@ class WorkloadAsk:
 
 
 @dataclass(frozen=True)
-class BurnInAsk:
-    """The plan whose pods' burn-in to read (their gate condition, and what the operator's runs measured)."""
-
-    namespace: str
-    name: str
-    plan_hash: str
-
-
-@dataclass(frozen=True)
 class VerificationAsk:
     """The plan whose Ready pods to read vLLM's KV figures from, and what status.verification already read."""
 
@@ -83,28 +73,12 @@ class Asks:
     evidence: Target | None = None
     #: vLLM's own KV figures of the plan's Ready pods (plan verification)
     verification: VerificationAsk | None = None
-    #: the burn-in of the plan in force's pods (spec.verification.burnIn), asked with the workload
-    burn_in: BurnInAsk | None = None
+    #: the after-plan features' asks, asked with the workload: each of its feature's own type, which the shell's
+    #: reader is found by (controller/features/); its reading comes back in ``World.readings``
+    features: tuple[object, ...] = ()
 
 
 # ---- the effects: what the shell does once the objects are written -----------------------------------------
-
-@dataclass(frozen=True)
-class BurnInStart:
-    """A burn-in run to start on a pod (controller/burn_in_load.py), on its own IP."""
-
-    uid: str
-    ip: str
-    load: BurnInLoad
-
-
-@dataclass(frozen=True)
-class GateWrite:
-    """The burn-in's readiness-gate condition to write on a pod (its status, strategic merge by type)."""
-
-    pod: str
-    condition: dict[str, Any]
-
 
 @dataclass(frozen=True)
 class LoRAAsk:
@@ -169,12 +143,9 @@ class Intent(Report):
     notes: list[str] = field(default_factory=list)
     #: vLLM's figures read this pass, as a sample for the calibration store (controller/calibration_store.py)
     calibration_sample: SampleToRecord | None = None
-    #: the burn-in runs to start and the readiness-gate conditions to write, once the objects are written
-    burn_in_starts: list[BurnInStart] = field(default_factory=list)
-    gate_writes: list[GateWrite] = field(default_factory=list)
-    #: the pods (uids) whose burn-in runs the operator still needs: the plan in force's whose verdict the status
-    #: does not record yet; the object's other runs are dropped (None: not decided this pass, keep them all)
-    burn_in_keep: tuple[str, ...] | None = None
+    #: the after-plan features' effects, in order, once the objects are written: each of its feature's own type,
+    #: which the shell's executor is found by (controller/features/)
+    effects: list[object] = field(default_factory=list)
     #: the plan chosen for the spec (with the overrides remediation recorded), once the planner found one: also on
     #: an Intent that asks, so the admission webhook has its verdict from the first round, and on one that a later
     #: cause stopped (spec.autoscaling, the source), so the webhook that admits it with a warning still gives the
@@ -211,8 +182,8 @@ class Draft:
         self.state: RemediationState | None = None
         self.repaired = False
         self.cache_status: CacheStatus | None = None
-        #: a pod of the plan in force waits for its burn-in
-        self.burning = False
+        #: a feature waits on what no watch shows (a burn-in run's end): the quiet resync looks again
+        self.waiting = False
         if (said := status_read_condition(read, self.conditions)) is not None:
             before = self.conditions
             self.condition(STATUS_READ, *said)

@@ -6,20 +6,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CacheStatus, LoRASourceStatus, SourceStatus
 from llm_autopilot.desired.lora_sync import LoRAReading
 from llm_autopilot.domain.architecture import ModelArchitecture
-from llm_autopilot.domain.burn_in import BurnInMeasurement
 from llm_autopilot.planner.calibration import CalibrationStore
 from llm_autopilot.planner.verify import PodReading
 from llm_autopilot.remediation.decide import Evidence
 from llm_autopilot.render.cache import CacheInputs
 from llm_autopilot.render.kubernetes import Owner
 from llm_autopilot.render.workload import Live
+
+#: a feature's reading (World.readings)
+Reading = TypeVar("Reading")
 
 
 class OperatorDefaults(Protocol):
@@ -146,33 +147,6 @@ class GPUNode:
 
 
 @dataclass(frozen=True)
-class PodBurnIn:
-    """One pod of the plan in force as the burn-in sees it: whether its containers are ready (the load can
-    start), its gate condition (None: not written yet), and what the operator's run measured (None: none yet)."""
-
-    pod: str
-    uid: str
-    ip: str | None
-    containers_ready: bool
-    gate: bool | None
-    measurement: BurnInMeasurement | None = None
-    running: bool = False
-    #: a pod of a group across nodes: its group and its rank (0: the leader, which serves the API)
-    group: str | None = None
-    rank: int | None = None
-    #: when the pod's vLLM container was last OOM-killed (None: never), as the kubelet recorded it
-    oom_killed_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class BurnInReading:
-    """The burn-in of the plan ``plan_hash``'s pods (controller/burn_in_load.py runs it)."""
-
-    plan_hash: str
-    pods: tuple[PodBurnIn, ...] = ()
-
-
-@dataclass(frozen=True)
 class World:
     """The model's architecture (from the Hub, an S3 bucket, the catalog or the spec; Unresolved: why not), the
     GPU nodes, which of the optional CRDs are installed, and which workload shapes exist."""
@@ -194,7 +168,8 @@ class World:
     workload: WorkloadView | None = None
     evidence: Evidence | None = None
     verification: VerificationReading | None = None
-    burn_in: BurnInReading | None = None
+    #: what the after-plan features' asks read (Asks.features), one per reading type
+    readings: tuple[object, ...] = ()
     applied: Applied | None = None
     #: the LoRA adapters the Ready pods serve once the shell brought them to the spec (after the objects)
     lora: LoRAReading | None = None
@@ -202,6 +177,15 @@ class World:
     #: then ``calibration_unreadable`` says why)
     calibration: CalibrationStore | None = None
     calibration_unreadable: str | None = None
+
+    def reading(self, kind: type[Reading]) -> Reading | None:
+        """The feature's reading of this type (None: not read)."""
+        return next((r for r in self.readings if isinstance(r, kind)), None)
+
+    def with_reading(self, reading: object) -> World:
+        """The World with ``reading`` in place of the one of its type."""
+        return dataclasses.replace(self, readings=(*(r for r in self.readings if type(r) is not type(reading)),
+                                                   reading))
 
     def node_pairs(self) -> Iterable[tuple[Mapping[str, str], int]]:
         """(labels, allocatable GPUs) per node: what the pool computation reads."""

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from llm_autopilot.api.v1alpha1 import BurnInStatus, LLMDeploymentSpec, PodBurnInStatus
 from llm_autopilot.desired import burn_in
+from llm_autopilot.desired.burn_in import BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInReading, BurnInStart
 from llm_autopilot.desired.planning import Rendered
-from llm_autopilot.desired.vocabulary import BurnInStart, Draft, GateWrite
+from llm_autopilot.desired.vocabulary import Draft
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from llm_autopilot.remediation.classify import Classification
 from llm_autopilot.render.vllm_args import VLLM_PORT
@@ -21,6 +22,14 @@ def known_burn_in(known: BurnInStatus | None, plan_hash: str) -> dict[str, burn_
     return {p.pod: burn_in.BurnInVerdict(p.pod, p.passed, p.reason, p.message, p.gpu_seconds) for p in known.pods}
 
 
+def ask(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> BurnInAsk | None:
+    """The burn-in of the plan in force's pods to read (asked with the workload), unless read or not asked for."""
+    seen = d.world.reading(BurnInReading)
+    if spec.verification.burn_in is None or (seen is not None and seen.plan_hash == r.plan_hash):
+        return None
+    return BurnInAsk(d.owner.namespace, d.owner.name, r.plan_hash)
+
+
 def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str, Classification] | None:
     """The burn-in of the plan in force's pods (every shape's pods carry the gate when the spec asks for one);
     returns the KV-saturation evidence a failed run gave (its key, its signal)."""
@@ -28,9 +37,9 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
     if wanted is None:
         d.conditions = [c for c in d.conditions if c.get("type") != burn_in.BURN_IN_PASSED]
         d.put("burnIn", None)
-        d.out.burn_in_keep = ()
+        d.out.effects.append(BurnInKeep(()))
         return None
-    seen = d.world.burn_in
+    seen = d.world.reading(BurnInReading)
     assert seen is not None and seen.plan_hash == r.plan_hash  # asked with the workload
     config = r.plan.config
     settings = burn_in.BurnInSettings(
@@ -45,11 +54,13 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
     # the API), the verdict is the group's and goes on every pod's gate, and the run costs every GPU of it
     units = burn_in.units(seen.pods, grouped=r.shape is not Shape.DEPLOYMENT)
     # the runs still needed: a verdict in status.burnIn is the record, the run's own result is not needed then
-    d.out.burn_in_keep = tuple(leader.uid for leader, _ in units
-                               if leader is not None and leader.uid and leader.pod not in known)
+    keep = BurnInKeep(tuple(leader.uid for leader, _ in units
+                            if leader is not None and leader.uid and leader.pod not in known))
+    starts: list[BurnInStart] = []
+    gates: list[BurnInGateWrite] = []
     for leader, members in units:
         if leader is None:  # a group whose leader is not there yet: nothing to run, not passed either
-            d.burning = True
+            d.waiting = True
             continue
         verdict = known.get(leader.pod)
         gate = next((p.gate for p in members if p.gate is not None), None)
@@ -72,16 +83,17 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
             judged.append((leader.pod, verdict))
             for pod in members:
                 if pod.gate is not verdict.passed:
-                    d.out.gate_writes.append(GateWrite(pod.pod, {
+                    gates.append(BurnInGateWrite(pod.pod, {
                         "type": BURN_IN_GATE, "status": "True" if verdict.passed else "False",
                         "reason": verdict.reason, "message": verdict.message[:1000],
                         "lastTransitionTime": d.stamp}))
             continue
         if leader.containers_ready and leader.ip and not leader.running:
-            d.out.burn_in_starts.append(BurnInStart(leader.uid, leader.ip, load))
+            starts.append(BurnInStart(leader.uid, leader.ip, load))
         if leader.containers_ready:
             judged.append((leader.pod, None))
-        d.burning = True  # the next resync looks again (a run's end changes nothing the watches see)
+        d.waiting = True  # the next resync looks again (a run's end changes nothing the watches see)
+    d.out.effects += [*starts, keep, *gates]  # the runs started and kept, then the gates written
     d.put("burnIn", BurnInStatus(plan_hash=r.plan_hash, pods=tuple(records[:64])).model_dump(
         by_alias=True, mode="json"))
     d.condition(burn_in.BURN_IN_PASSED, *burn_in.condition(judged))

@@ -10,7 +10,7 @@ from llm_autopilot.api.lora import pinned_adapters
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.desired.planning import Context, Rendered, counted_plan, limits, render, workload_ask
 from llm_autopilot.desired.schedule import metrics_verdict, next_due, unsettled
-from llm_autopilot.desired.vocabulary import Asks, BurnInAsk, Draft
+from llm_autopilot.desired.vocabulary import Asks, Draft
 from llm_autopilot.desired.world import Target
 from llm_autopilot.planner.plan import Plan
 from llm_autopilot.remediation.classify import Classification
@@ -61,18 +61,15 @@ def read_state(d: Draft, ctx: Context) -> RemediationState:
     return state
 
 
-def workload_of(d: Draft, spec: LLMDeploymentSpec, current: Rendered,
-                state: RemediationState) -> dict[str, Any] | Asks | None:
+def workload_of(d: Draft, spec: LLMDeploymentSpec, current: Rendered, state: RemediationState,
+                features: tuple[object, ...] = ()) -> dict[str, Any] | Asks | None:
     """The workload of the plan in force as read, or the Asks for it with remediation's evidence (and the
-    burn-in of its pods when the spec asks for one)."""
-    seen, evidence, burned = d.world.workload, d.world.evidence, d.world.burn_in
-    wants_burn_in = spec.verification.burn_in is not None
-    if (seen is not None and seen.plan_hash == current.plan_hash and evidence is not None
-            and (not wants_burn_in or (burned is not None and burned.plan_hash == current.plan_hash))):
+    after-plan features' asks still open, ``features``: they are asked with the workload)."""
+    seen, evidence = d.world.workload, d.world.evidence
+    if seen is not None and seen.plan_hash == current.plan_hash and evidence is not None and not features:
         return seen.deployment
     policy = spec.remediation
-    burn_in_ask = BurnInAsk(d.owner.namespace, d.owner.name, current.plan_hash) if wants_burn_in else None
-    return Asks(workload=workload_ask(d.owner, current), burn_in=burn_in_ask, evidence=Target(
+    return Asks(workload=workload_ask(d.owner, current), features=features, evidence=Target(
         namespace=d.owner.namespace, name=d.owner.name, plan_hash=current.plan_hash,
         replicas=state.effective_replicas(spec.replicas), deployment=None,
         last_evidence=state.last_evidence, kv_threshold=policy.kv_saturation_threshold,
@@ -127,5 +124,5 @@ def note_inputs(d: Draft, ctx: Context, final: Rendered) -> None:
     d.out.metrics = metrics_verdict(evidence.metrics, evidence.saturation is not None)
     policy = ctx.spec.remediation
     d.out.kv_question = (policy.kv_saturation_window_seconds, policy.kv_saturation_threshold)
-    d.out.settled = not unsettled(evidence, state) and not d.burning
+    d.out.settled = not unsettled(evidence, state) and not d.waiting
     d.out.due = next_due(state, ctx.spec.remediation, d.now, d.settings.full_check_seconds)
