@@ -35,16 +35,22 @@ down: ## Stop the operator and the local cluster
 cluster: ## Build (first time) and start the local control plane only
 	$(PYTHON) hack/cluster.py up
 
-test: install ## Run the whole test suite (unit + end-to-end on the local cluster, which it starts)
+test: install ## Run the whole test suite (unit + both end-to-end tiers on the local cluster, which it starts)
 	$(BIN)/pytest
 
 test-unit: install ## Unit tests only (no cluster)
 	$(BIN)/pytest tests/unit
 
+test-e2e: install ## End-to-end tests of the operator's plumbing on the local cluster (KWOK pools, the vLLM stand-in), no real vLLM start
+	$(BIN)/pytest tests/e2e -m "e2e and not real_vllm"
+
+test-real-vllm: install ## Tests that start the real CPU build of vLLM (its KV figures, failures, LoRA slots, saturation; tests/vllm's judge)
+	$(BIN)/pytest tests/e2e tests/vllm -m "real_vllm or vllm"
+
 lint: install ## ruff + mypy (strict)
 	$(BIN)/ruff check operator tests hack
 	$(BIN)/mypy
-	$(BIN)/mypy hack/localcluster hack/hub_server.py hack/vllm_load.py
+	$(BIN)/mypy hack/localcluster hack/hub_server.py hack/vllm_load.py hack/vllm_standin.py
 
 crds: install ## Regenerate the CRD (and the chart's copy) from the pydantic models
 	$(BIN)/python -m llm_autopilot.api.crd > $(CRD)
@@ -112,5 +118,5 @@ vllm-flags: install ## Regenerate vllm/data/flags.json from each release's wheel
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install plan dev demo down cluster test test-unit lint crds verify reference docs docs-serve bench bench-planner bench-admission bench-reaction bench-scale bench-cache bench-calibration golden \
+.PHONY: help install plan dev demo down cluster test test-unit test-e2e test-real-vllm lint crds verify reference docs docs-serve bench bench-planner bench-admission bench-reaction bench-scale bench-cache bench-calibration golden \
 	golden-vllm traces-vllm test-vllm vllm-flags clean

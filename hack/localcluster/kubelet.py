@@ -18,7 +18,8 @@ the operator plans for it from its memory label. The container's "image" is the 
 (``vllm_cpu``); the only thing added to what the operator rendered is ``--kv-cache-memory-bytes`` (from
 the node's ``llm-autopilot.io/kv-cache-memory-bytes`` annotation, default 64 MiB): the KV room a CPU
 backend is given instead of what a GPU's free memory would leave, so a test can make it smaller than the
-planner believed.
+planner believed. A container of the image ``STANDIN_IMAGE`` runs hack/vllm_standin.py for ``vllm serve``
+instead (vLLM's flags and file reads, serving in a second): the tests of the operator's plumbing use it.
 
 Opt-in, per node: a simulated device's memory. With the node annotation
 ``llm-autopilot.io/device-memory-bytes`` (limited to the pods of one namespace by
@@ -80,6 +81,11 @@ SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: was started from (`make install`)
 OPERATOR_COMMAND = "llm-autopilot"
 OPERATOR_VENV = HACK_DIR.parent / ".venv"
+#: a container of this image (any tag) runs hack/vllm_standin.py for ``vllm serve``: vLLM's flags and file reads,
+#: served in a second, for the tests of the operator's plumbing (tests/README.md, "Tiers"); every other image of
+#: a ``vllm serve`` container is the real CPU build
+STANDIN_IMAGE = "llm-autopilot.local/vllm-stand-in"
+STANDIN_BIN = HACK_DIR / "vllm-stand-in" / "bin"
 
 
 def node_names(count: int = NODE_COUNT) -> list[str]:
@@ -160,13 +166,15 @@ class Kubelet:
         operator_image = Image(f"{operator_bin}:{SYSTEM_PATH}", None if operator_installed else (
             f"the operator's image (llm-autopilot) is not installed on this node: run `make install` in "
             f"{OPERATOR_VENV.parent}"))
+        standin_image = Image(f"{STANDIN_BIN}:{operator_bin}:{SYSTEM_PATH}", operator_image.problem)
         base = vllm_cpu.container_env({})
         if "hub" not in self.cluster.disabled:  # the network's stand-in: the Hub's "DNS name" leads to the local one
             base["HF_ENDPOINT"] = f"http://{self.bridge.gateway}:{self.cluster.ports['hub']}"
         # a node-wide torch.compile cache (compiled kernels, keyed by model and settings; no weights, nothing a
         # pod reads as its model): compiling anew costs every start a minute on these machines
         base["VLLM_CACHE_ROOT"] = str(vllm_cpu.compile_cache())
-        return Environment(images={"": vllm_image, OPERATOR_COMMAND: operator_image}, base_env=base,
+        return Environment(images={"": vllm_image, OPERATOR_COMMAND: operator_image,
+                                   STANDIN_IMAGE: standin_image}, base_env=base,
                            stand_ins=self._stand_ins)
 
     def _stand_ins(self, pod: dict[str, Any], container: dict[str, Any], node: str) -> StandIns:

@@ -155,14 +155,23 @@ class StandIns:
 class Environment:
     """What the kubelet gives every container on its nodes."""
 
-    images: dict[str, Image]  # by the command's first word; "" for every other command (the CPU vLLM)
+    #: by the command's first word, else by the container image's repository (its name without the tag); "" for
+    #: every other container (the CPU vLLM)
+    images: dict[str, Image]
     base_env: dict[str, str]
     stand_ins: Callable[[dict[str, Any], dict[str, Any], str], StandIns]  # (pod, container spec, node)
 
     def image(self, spec: dict[str, Any]) -> Image:
         argv = [*(spec.get("command") or []), *(spec.get("args") or [])]
         first = Path(argv[0]).name if argv else ""
-        return self.images.get(first) or self.images[""]
+        return self.images.get(first) or self.images.get(repository(str(spec.get("image") or ""))) or self.images[""]
+
+
+def repository(image: str) -> str:
+    """An image reference without its tag or digest: ``registry:5000/org/name:tag`` -> ``registry:5000/org/name``."""
+    name = image.split("@", 1)[0]
+    head, _, tag = name.rpartition(":")
+    return head if head and "/" not in tag else name
 
 
 class VolumeNotReady(runtime.StartError):

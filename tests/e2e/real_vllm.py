@@ -29,6 +29,12 @@ from tests.e2e.conftest import Kubectl, Operator, _free_port, wait_for
 
 MODEL = "llm-autopilot/tiny-llama-gqa"
 MIB = 2**20
+#: spec.vllm of a test of the operator's plumbing: the process kubelet runs hack/vllm_standin.py for this image
+#: (vLLM's flags and file reads of the same release, serving in about a second), never the real CPU build. Only a
+#: test that claims nothing about vLLM's behaviour uses it (tests/README.md, "Tiers")
+STAND_IN = {"image": f"{kubelet.STANDIN_IMAGE}:v{vllm_cpu.VLLM_CPU_VERSION}", "version": vllm_cpu.VLLM_CPU_VERSION}
+#: the stand-in starts in a second; this is the pod's scheduling, the kubelet's sync and the readiness probe
+STAND_IN_START_SECONDS = 90
 #: vLLM's start-up on a loaded 2-core machine: torch import, model load, torch.compile (cached after once)
 START_SECONDS = 420
 

@@ -1,4 +1,4 @@
-"""An air-gapped cluster (issue 14, e2e (d) and the pvc:// cases of (e)), on the real CPU vLLM.
+"""An air-gapped cluster (issue 14, e2e (d) and the pvc:// cases of (e)): the operator's plumbing, on the vLLM stand-in.
 
 No Hub is reachable: the operator's and the vLLM pods' ``HF_ENDPOINT`` is a closed port, and the local Hub's
 own log must show no request at all during the test. The weights are on a PersistentVolumeClaim of the
@@ -6,6 +6,11 @@ local-path StorageClass (a real file system of its own), filled with the tiny mo
 volume. The operator reads config.json there with its inspect Job (a real process on the vllm-cpu pool, whose
 report comes back through the process kubelet's termination message), plans on it, and vLLM serves the model
 from the read-only mount under the name clients use.
+
+Plumbing, so the vLLM pod is the stand-in (hack/vllm_standin.py; tests/README.md, "Tiers"): what is checked is
+where config.json and the weights come from (the claim, read-only, at the rendered path), that nothing asks the
+Hub, and the name served. The stand-in reads the folder as vLLM does (no config.json or an incomplete safetensors
+file fails its start), serves under --served-model-name, and asks the Hub only for a Hub id, as vLLM would.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from tests.e2e.conftest import Kubectl, _free_port, wait_for
 from tests.e2e.helpers import volume_with
 from tests.e2e.real_vllm import (
     MODEL,
-    START_SECONDS,
+    STAND_IN,
+    STAND_IN_START_SECONDS,
     apply,
     arg,
     complete,
@@ -79,10 +85,9 @@ def test_air_gapped_a_pvc_model_is_planned_from_its_volume_and_serves(
     weight_bytes = files[f"{PATH}/model.safetensors"].stat().st_size
     hub = closed_hub()
     with operator_for(kubectl, namespace, tmp_path, hub=hub):
-        # eager: vLLM's torch.compile cache is keyed by the model, and a new local path would be a cold compile
-        # (several minutes on this 2-core machine); what this test is about is where config.json comes from
+        # the stand-in: what this test is about is where config.json and the weights come from, not vLLM
         apply(kubectl, namespace, tiny("airgap", model={"name": MODEL, "source": f"pvc://{CLAIM}/{PATH}"},
-                                       vllm={"env": [{"name": "HF_ENDPOINT", "value": hub}], "enforceEager": True}))
+                                       vllm={**STAND_IN, "env": [{"name": "HF_ENDPOINT", "value": hub}]}))
         inspecting = planned(kubectl, namespace, "airgap", "InspectingSource", timeout=60)
         assert f"claim '{CLAIM}', path '/model/{PATH}'" in inspecting["message"], inspecting
         started = time.time()
@@ -107,7 +112,7 @@ def test_air_gapped_a_pvc_model_is_planned_from_its_volume_and_serves(
         assert json.loads(message)["checkpointBytes"] == weight_bytes, message
 
         pod = wait_for("a Ready pod of airgap", lambda: next(iter(ready_pods(kubectl, namespace, "airgap")), None),
-                       timeout=START_SECONDS, interval=2)
+                       timeout=STAND_IN_START_SECONDS, interval=2)
         served_s = time.time() - started
         assert arg(pod, "--served-model-name") == MODEL
         assert pod["spec"]["containers"][0]["args"][0] == f"/models/{PATH}"
@@ -130,8 +135,8 @@ def test_air_gapped_bad_volumes_get_a_condition_naming_claim_and_path_and_nothin
              "wrong-path": (f"pvc://{CLAIM}/good", "SourceUnreadable", "no config.json in /model/good"),
              "garbage": (f"pvc://{CLAIM}/garbage", "SourceUnreadable", "/model/garbage/config.json is not valid JSON")}
     with operator_for(kubectl, namespace, tmp_path, hub=closed_hub()):
-        for name, (uri, _, _) in cases.items():
-            apply(kubectl, namespace, tiny(name, model={"name": MODEL, "source": uri}))
+        for name, (uri, _, _) in cases.items():  # nothing may start; were it to, the stand-in shows it at once
+            apply(kubectl, namespace, tiny(name, model={"name": MODEL, "source": uri}, vllm=STAND_IN))
         for name, (uri, reason, expected) in cases.items():
             condition = planned(kubectl, namespace, name, reason)
             assert expected in condition["message"] and uri in condition["message"], condition

@@ -13,6 +13,11 @@ One namespace, one store and one operator for the module (vLLM starts are what c
 - (a) the cache filled once, two replicas serving from it, each file GET once;
 - (b) a KV-capacity step on the cached model: 0 bytes from the store and the Hub;
 - (c) a KV-saturation step on a serving deployment with a free node: a surge rollout, a client loop throughout.
+
+The bad-input cases check the cache's Job and volume (plumbing): their deployments name the vLLM stand-in
+(hack/vllm_standin.py; tests/README.md, "Tiers"), which reads the cache as vLLM does and serves in a second, so a
+pod serving before the cache is complete would be seen at once. (a), (b) and (c) claim vLLM's start on the cached
+model, its KV figures and its saturation: the real CPU build (``real_vllm``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from tests.e2e.helpers import pod_manifest, run_pod
 from tests.e2e.model_store import MODEL, PREFIX, Store, model_files
 from tests.e2e.real_vllm import (
     MIB,
+    STAND_IN,
     START_SECONDS,
     FollowingLoad,
     arg,
@@ -148,13 +154,14 @@ def test_a_source_the_operator_cannot_read_is_named_and_nothing_is_applied(cache
     cached.kubectl("patch", "secret", "s3-no-secret-key", "-n", cached.namespace, "--type=json",
                    "-p", '[{"op": "remove", "path": "/data/AWS_SECRET_ACCESS_KEY"}]')
     cases = {
-        "no-secret": (cached.spec("no-secret", secret="absent"),
+        "no-secret": (cached.spec("no-secret", secret="absent", vllm=STAND_IN),
                       ["Secret 'absent'", "not found"]),
-        "no-key": (cached.spec("no-key", secret="s3-no-secret-key"),
+        "no-key": (cached.spec("no-key", secret="s3-no-secret-key", vllm=STAND_IN),
                    ["Secret 's3-no-secret-key'", "AWS_SECRET_ACCESS_KEY"]),
-        "wrong-keys": (cached.spec("wrong-keys", secret="s3-wrong-keys"),
+        "wrong-keys": (cached.spec("wrong-keys", secret="s3-wrong-keys", vllm=STAND_IN),
                        ["denied", "check the access key id and secret access key"]),
-        "no-bucket": (cached.spec("no-bucket", bucket=f"e2e-absent-{uuid.uuid4().hex[:8]}"), ["does not exist at"]),
+        "no-bucket": (cached.spec("no-bucket", bucket=f"e2e-absent-{uuid.uuid4().hex[:8]}", vllm=STAND_IN),
+                      ["does not exist at"]),
     }
     cached.apply(*(manifest for manifest, _ in cases.values()))
 
@@ -179,7 +186,7 @@ def test_a_full_volume_is_a_real_enospc_named_in_the_condition_and_no_pod_starts
     big = dict(cached.files)
     big["padding.bin"] = b"\0" * (24 * MIB)  # more than the 16Mi volume holds
     cached.store.put_model("full", big)
-    cached.apply(cached.spec("full", "full", cache={"size": "16Mi"}))
+    cached.apply(cached.spec("full", "full", cache={"size": "16Mi"}, vllm=STAND_IN))
 
     def says_full() -> dict[str, Any] | None:
         found = cached.condition("full", "ModelCached")
@@ -217,15 +224,16 @@ def test_a_corrupted_partial_file_fails_its_md5_check_is_fetched_again_and_only_
     assert pod["status"]["phase"] == "Succeeded"
     cached.kubectl("delete", "pod", "seed", "-n", cached.namespace, "--wait=true")
     since = time.time()
-    cached.apply(cached.spec("corrupt", "corrupt", cache={"existingClaim": "seeded"}))
+    # plumbing (the Job's MD5 check, its retry, the marker that holds the pods): the stand-in, which reads the
+    # cache as vLLM does and is Ready within seconds of its start, so a pod serving a partial cache shows at once
+    cached.apply(cached.spec("corrupt", "corrupt", cache={"existingClaim": "seeded"}, vllm=STAND_IN))
     served_early: list[str] = []  # a ready pod while the cache is not complete: must never happen
 
     def cached_now() -> dict[str, Any] | None:
         found = cached.condition("corrupt", "ModelCached")
         if found.get("status") == "True":
             return found
-        # vLLM takes many seconds to start after the marker is written: a pod ready right after a read that
-        # said not complete was serving before the cache was
+        # a pod ready right after a read that said not complete was serving before the cache was
         if early := ready_pods(cached.kubectl, cached.namespace, "corrupt"):
             served_early.append(f"{early[0]['metadata']['name']} while ModelCached said {found.get('message')!r}")
         return None
@@ -247,6 +255,7 @@ def test_a_corrupted_partial_file_fails_its_md5_check_is_fetched_again_and_only_
 # --- (a) filled once, two replicas serve from it -------------------------------------------------------------
 
 
+@pytest.mark.real_vllm
 def test_the_cache_is_filled_once_and_two_replicas_serve_from_it(cached: Cached) -> None:
     since = time.time()
     cached.apply(cached.spec("cached", replicas=2))
@@ -298,6 +307,7 @@ def test_the_cache_is_filled_once_and_two_replicas_serve_from_it(cached: Cached)
 # --- (b) a remediation step on the cached model downloads nothing ---------------------------------------------
 
 
+@pytest.mark.real_vllm
 def test_a_kv_capacity_step_on_the_cached_model_downloads_nothing(cached: Cached, kv_room: Any) -> None:
     kv_room(4 * MIB)  # 8,192 tokens of 512 bytes: vLLM admits at most 8,064
     before = cached.caches()
@@ -385,6 +395,7 @@ class ClientLoop:
 WINDOW = 60  # kvSaturationWindowSeconds
 
 
+@pytest.mark.real_vllm
 def test_a_saturation_step_surges_and_a_client_loop_keeps_getting_answers(cached: Cached, kv_room: Any) -> None:
     kv_room(4 * MIB)
     # fp8 KV cannot be held by this CPU's vLLM and one replica is the most: the ladder's rung is fewer sequences,

@@ -42,7 +42,7 @@ from tests.e2e.real_vllm import (
     wait_steps,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("real_vllm")]
+pytestmark = [pytest.mark.e2e, pytest.mark.real_vllm, pytest.mark.usefixtures("real_vllm")]
 
 
 def report(scenario: str, **figures: Any) -> None:

@@ -25,7 +25,7 @@ from tests.e2e.real_vllm import (
     tiny,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("real_vllm")]
+pytestmark = [pytest.mark.e2e, pytest.mark.real_vllm, pytest.mark.usefixtures("real_vllm")]
 NAME = "scaled"
 #: HPA sync (15 s) + KEDA polling + scrapes + the operator + the second vLLM's start-up
 SCALE_SECONDS = 60 + START_SECONDS

@@ -48,7 +48,7 @@ from tests.e2e.real_vllm import (
     wait_steps,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("real_vllm")]
+pytestmark = [pytest.mark.e2e, pytest.mark.real_vllm, pytest.mark.usefixtures("real_vllm")]
 
 ADAPTERS = ("gqa-r8-attn", "gqa-r16-all")
 ADDED = "gqa-r64-mlp"  # added to the spec once the first two answer
