@@ -61,6 +61,8 @@ def test_names_are_not_addresses(host: str) -> None:
     ("::ffff:a9fe:a9fe", Kind.LINK_LOCAL),  # IPv4-mapped
     ("::a9fe:a9fe", Kind.LINK_LOCAL),  # IPv4-compatible
     ("64:ff9b::a9fe:a9fe", Kind.LINK_LOCAL),  # NAT64
+    ("64:ff9b::34d8:1a2b", Kind.PUBLIC),  # DNS64's answer for a public store on an IPv6-only cluster
+    ("64:ff9b::a00:1", Kind.PRIVATE),
     ("2002:a9fe:a9fe::", Kind.LINK_LOCAL),  # 6to4
     ("127.0.0.1", Kind.LOOPBACK),
     ("127.255.0.9", Kind.LOOPBACK),
@@ -255,7 +257,8 @@ def test_a_listing_that_is_not_xml_is_an_s3_error() -> None:
 @pytest.mark.parametrize("address, refused", [("10.244.1.7", False), ("fd00:10:244::7", False),
                                               ("100.64.3.2", False), ("127.0.0.1", True), ("169.254.169.254", True),
                                               ("fd00:ec2::254", True), ("::ffff:127.0.0.1", True),
-                                              ("2852039166", True), ("vllm.example.com", True), ("0.0.0.0", True)])
+                                              ("2852039166", True), ("vllm.example.com", True), ("0.0.0.0", True),
+                                              ("240.10.0.5", False)])  # GKE's Class E pod ranges
 def test_pod_addresses(address: str, refused: bool) -> None:
     assert (egress.pod_address_problem(address) is not None) is refused
 

@@ -21,7 +21,8 @@ def merge_patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str
             if key in before:
                 patch[key] = None
         elif isinstance(value, Mapping) and isinstance(old, Mapping):
-            patch[key] = merge_patch(old, value)
+            if sub := merge_patch(old, value):  # an object that only gained nulls is unchanged: no empty write
+                patch[key] = sub
         else:
             patch[key] = copy.deepcopy(value)
     return patch

@@ -36,6 +36,8 @@ class Kind(Enum):
 #: refused whatever the allowlist says
 NEVER = frozenset({Kind.UNSPECIFIED, Kind.LINK_LOCAL, Kind.MULTICAST, Kind.RESERVED})
 _ORDER = list(Kind)
+#: never a pod's address the operator reads
+_NEVER_A_POD = frozenset({Kind.UNSPECIFIED, Kind.LINK_LOCAL, Kind.MULTICAST, Kind.LOOPBACK})
 #: AWS's instance metadata service over IPv6 (Nitro): inside fc00::/7, yet a metadata service
 _METADATA_V6 = ipaddress.IPv6Address("fd00:ec2::254")
 _THIS_NETWORK = ipaddress.IPv4Network("0.0.0.0/8")  # Linux connects 0.x.y.z to the host itself
@@ -148,7 +150,9 @@ def classify(address: IPAddress) -> Kind:
     """What ``address`` is; an IPv6 address that carries an IPv4 one is the worse of the two."""
     if not isinstance(address, ipaddress.IPv6Address) or (inner := _embedded_ipv4(address)) is None:
         return _kind_of(address)
-    if address.ipv4_mapped is not None or int(address) >> 32 == 0:  # the socket reaches the IPv4 address itself
+    if address.ipv4_mapped is not None or int(address) >> 32 == 0 or address in _NAT64:
+        # the socket reaches the IPv4 address itself, or DNS64's gateway translates to it (the outer address is
+        # "reserved" to Python, yet it is how an IPv6-only cluster reaches any IPv4 store)
         return _kind_of(inner)
     return min((_kind_of(address), _kind_of(inner)), key=_ORDER.index)  # a gateway relays to the IPv4 address
 
@@ -237,7 +241,8 @@ def pod_address_problem(address: str) -> str | None:
     if parsed is None or not is_canonical(address, parsed):
         return f"the pod IP {address!r} is not an address"
     kind = classify(parsed)
-    if kind in NEVER or kind is Kind.LOOPBACK:
+    # a reserved range is allowed: GKE gives pods Class E addresses (240.0.0.0/4)
+    if kind in _NEVER_A_POD:
         return f"the pod IP {address} is {kind.value}: not read"
     return None
 
