@@ -15,6 +15,7 @@ from llm_autopilot.api import convert
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.controller import lora_runtime, world_reads
 from llm_autopilot.controller.lora_runtime import ReadyPod, VLLMAdapters, ready_pods, sync_pods
+from llm_autopilot.desired import lora_sync
 from llm_autopilot.desired.lora_sync import (
     Action,
     PodView,
@@ -279,24 +280,29 @@ def test_the_status_is_what_the_pods_answered_not_what_was_asked() -> None:
 
 
 def test_a_failure_already_in_the_status_is_not_a_second_warning() -> None:
+    """The live path: the shell's sync_pods (reconcile.sync_lora), then the LoRA section's filter and status
+    (desired/sections/lora.report_lora)."""
     server = FakeVLLM()
-    pod = {"metadata": {"name": "p-0"}, "status": {"podIP": "10.0.0.1", "ready": "True"}}
-
-    class Pods:
-        def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
-            assert label_selector == "app.kubernetes.io/instance=x"
-            return [pod]
-
+    pods = [ReadyPod("p-0", "10.0.0.1")]
     s = spec({"adapters": [{"name": "gone", "source": "org/gone"}], "maxLoras": 1, "maxLoraRank": 16,
               "runtimeUpdates": True}, vllm={"version": "0.32.0"})
     result = plan(PlanRequest(model("Qwen/Qwen3-8B"), gpu("nvidia-l4"), behaviour_of(V032), convert.targets(s)))
     assert isinstance(result, Plan)
+    updates = lora_sync.updates_for(s, result.config.vllm.version, nodes=result.config.nodes)
+    assert updates is not None
     factory = clients({"10.0.0.1": server})
-    first = lora_runtime.sync(Pods(), Owner("x", "ns", "uid"), s, result.config, client=factory)
-    assert [r for _, r, _ in first.events] == ["LoRAAdapterFailed"] and not first.settled
-    again = lora_runtime.sync(Pods(), Owner("x", "ns", "uid"), s, result.config, previous=first.status,
-                              client=factory)
-    assert again.events == [] and again.status == first.status and len(server.calls) == 2  # tried, not reported
+
+    def sync(previous: dict[str, Any] | None) -> tuple[list[tuple[str, str, str]], dict[str, Any], bool]:
+        want = lora_sync.wanted(s, ())
+        views, events = sync_pods(updates, want, pods, client=factory)
+        status = lora_sync.lora_status(updates, want, views, sources=lora_sync.sources(s))
+        return ([e for e in events if not lora_sync.repeated(e, previous)],
+                status.model_dump(by_alias=True, exclude_none=True, mode="json"), lora_sync.settled(status))
+
+    first_events, first_status, settled = sync(None)
+    assert [r for _, r, _ in first_events] == ["LoRAAdapterFailed"] and not settled
+    again_events, again_status, _ = sync(first_status)
+    assert again_events == [] and again_status == first_status and len(server.calls) == 2  # tried, not reported
 
 
 def test_rollout_updates_only_read() -> None:

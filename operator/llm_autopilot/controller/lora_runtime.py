@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
-from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.controller.observed import pod_ready
 from llm_autopilot.desired import lora_sync
 from llm_autopilot.desired.lora_sync import Action, PodView, Served, Updates
 from llm_autopilot.domain import egress
-from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.remediation.text import clean_line
-from llm_autopilot.render.kubernetes import Owner, instance_selector
 from llm_autopilot.render.vllm_args import VLLM_PORT
 
-__all__ = ["Synced", "VLLMAdapters", "sync", "sync_pods"]
+__all__ = ["ReadyPod", "VLLMAdapters", "ready_pods", "sync_pods"]
 
 logger = logging.getLogger(__name__)
 #: a read of /v1/models; a load downloads the adapter from the Hub and loads it into the engine
@@ -34,10 +31,6 @@ READ_SECONDS = 10.0
 LOAD_SECONDS = 120.0
 #: a pod the operator cannot reach costs this much per reconcile, not the read's whole timeout
 CONNECT_SECONDS = 3.0
-
-
-class PodLister(Protocol):
-    def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]: ...
 
 
 class CallFailed(RuntimeError):
@@ -150,41 +143,3 @@ def sync_pods(updates: Updates, want: Sequence[Served], pods: Sequence[ReadyPod]
                     continue
             views.append(PodView(pod.name, served, errors))
     return views, events
-
-
-@dataclass(frozen=True)
-class Synced:
-    #: status.lora as written (None: no LoRA, the key is removed)
-    status: dict[str, Any] | None = None
-    events: list[tuple[str, str, str]] = field(default_factory=list)
-    #: every Ready pod serves exactly the spec's adapters (else the next resync looks again)
-    settled: bool = True
-
-
-def _repeated(event: tuple[str, str, str], previous: Mapping[str, Any] | None) -> bool:
-    """A failure the last status already reported (the same pod, the same answer): no second Warning per resync."""
-    type_, _, message = event
-    said = [str(a.get("message", "")) for key in ("adapters", "removing") for a in (previous or {}).get(key) or []
-            if isinstance(a, Mapping)]
-    _, _, where_and_why = message.partition(" on ")  # "load NAME on POD: ANSWER" -> "POD: ANSWER"
-    return type_ == "Warning" and any(where_and_why and where_and_why in m for m in said)
-
-
-def sync(kube: PodLister, owner: Owner, spec: LLMDeploymentSpec, config: ServingConfig, *,
-         previous: Mapping[str, Any] | None = None, client: Client | None = None,
-         waiting: Mapping[str, str] | None = None) -> Synced:
-    """The reconcile's hook: after the children are written, bring the Ready pods' adapters to the spec
-    (``previous``: status.lora as read, so a failure already reported is not an Event again; ``waiting``: the
-    s3:// adapters still downloading into the cache, not loaded yet)."""
-    updates = lora_sync.updates_for(spec, config.vllm.version, nodes=config.nodes)
-    if updates is None:
-        return Synced()
-    pods = ready_pods(kube.pods(owner.namespace, instance_selector(owner.name)))
-    want = lora_sync.wanted(spec, tuple(waiting or ()))
-    views, events = sync_pods(updates, want, pods, client=client)
-    events = [e for e in events if not _repeated(e, previous)]
-    status = lora_sync.lora_status(updates, want, views, sources=lora_sync.sources(spec), waiting=waiting)
-    for _, reason, message in events:
-        logger.info("%s/%s: %s: %s", owner.namespace, owner.name, reason, message)
-    return Synced(status.model_dump(by_alias=True, exclude_none=True, mode="json"), events,
-                  lora_sync.settled(status))
