@@ -15,7 +15,8 @@ from typing import Any
 
 
 def canonical(value: Any) -> Any:
-    """Numbers as floats, mappings with string keys (sorted when dumped), sequences as lists."""
+    """Numbers as floats (the API server may hand 2000.0 back as 2000), mappings with string keys (sorted when
+    dumped), sequences as lists."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, int | float):

@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from llm_autopilot.api.v1alpha1 import RemediationEvent, RemediationOverrides, RemediationStatus
+from llm_autopilot.domain.attestation import canonical
 from llm_autopilot.domain.knobs import KNOBS, Kind, Knob
 from llm_autopilot.remediation.guards import MAX_RELAX_BACKOFF
 from llm_autopilot.remediation.ladder import Overrides
@@ -48,25 +49,12 @@ class Author:
     generation: int
 
 
-def _canonical(value: Any) -> Any:
-    """Numbers as floats (the API server may hand 2000.0 back as 2000), keys sorted by json.dumps."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_canonical(v) for v in value]
-    return repr(value)
-
-
 def attestation(uid: str, generation: int, step: Mapping[str, Any], previous: str) -> str:
     """The digest an applied entry carries: of the object's uid, the generation the step was taken under, the
     step's overrides and the previous entry's digest (so entries cannot be reordered, copied between objects or
     edited). It attributes a step to the operator's own write; it is not a secret (see README)."""
     content = {k: v for k, v in step.items() if k not in _ATTRIBUTION_KEYS}
-    text = json.dumps([ATTESTATION_SCHEME, uid, generation, _canonical(content), previous], sort_keys=True,
+    text = json.dumps([ATTESTATION_SCHEME, uid, generation, canonical(content), previous], sort_keys=True,
                       separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
