@@ -139,10 +139,15 @@ def arg(pod_or_deployment: dict[str, Any], flag: str) -> str | None:
     return args[args.index(flag) + 1] if flag in args else None
 
 
-def complete(pod: dict[str, Any], prompt: str = "The operator plans", timeout: float = 60) -> dict[str, Any]:
+def complete(pod: dict[str, Any], prompt: str = "The operator plans", timeout: float = 60, *, model: str = MODEL,
+             temperature: float | None = None) -> dict[str, Any]:
+    """8 tokens of ``model`` (the base model or an adapter's name) from the pod's vLLM."""
     # ignore_eos: the tiny random model samples its end-of-text token now and then (CI saw 3 of 8 tokens), and the
     # callers check that every answer has all 8
-    body = json.dumps({"model": MODEL, "prompt": prompt, "max_tokens": 8, "ignore_eos": True}).encode()
+    request_body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": 8, "ignore_eos": True}
+    if temperature is not None:
+        request_body["temperature"] = temperature
+    body = json.dumps(request_body).encode()
     request = urllib.request.Request(f"http://{pod['status']['podIP']}:8000/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=timeout) as response:

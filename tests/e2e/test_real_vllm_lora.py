@@ -38,6 +38,7 @@ from tests.e2e.real_vllm import (
     START_SECONDS,
     apply,
     arg,
+    complete,
     describe,
     llmd,
     operator_for,
@@ -56,13 +57,7 @@ PROMPT = "The operator plans vLLM settings"
 
 
 def completion(pod: dict[str, Any], model: str) -> dict[str, Any]:
-    body = json.dumps({"model": model, "prompt": PROMPT, "max_tokens": 8, "temperature": 0.0,
-                       "ignore_eos": True}).encode()
-    request = urllib.request.Request(f"http://{pod['status']['podIP']}:8000/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=120) as response:
-        result: dict[str, Any] = json.load(response)
-    return result
+    return complete(pod, PROMPT, 120, model=model, temperature=0.0)
 
 
 def served_models(pod: dict[str, Any]) -> set[str]:
