@@ -11,6 +11,7 @@ from llm_autopilot.catalog.models import find_catalog_model
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, VLLMBehaviour, behaviour_of
+from tests.e2e import lanes
 
 DATA = Path(__file__).parent / "data"
 
@@ -28,3 +29,9 @@ def gpu(name: str) -> GPUSpec:
 @pytest.fixture
 def vllm033() -> VLLMBehaviour:
     return behaviour_of(DEFAULT_VLLM_VERSION)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the end-to-end tests in their two lanes (tests/e2e/lanes.py)."""
+    lanes.assign(items)

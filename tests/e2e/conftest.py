@@ -28,14 +28,17 @@ from typing import Any, ClassVar
 import pytest
 from hack.dev import cluster_env, operator_running, state_dir
 
+from tests.e2e import lanes
+
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = [sys.executable, str(ROOT / "hack" / "cluster.py")]
 CRD = ROOT / "crds" / "llm-autopilot.io_llmdeployments.yaml"
 INFEASIBLE = ROOT / "examples" / "infeasible-llama-405b.yaml"
 RESYNC_SECONDS = 3
 
-#: namespaces of tests that use the session operator: the only ones it watches (a Kopf glob)
-SESSION_PREFIX = "e2e-op-"
+#: namespaces of tests that use the session operator: the only ones it watches (a Kopf glob); one per xdist
+#: worker ("e2e-opgw0-"), so the two lanes' session operators never see each other's namespaces
+SESSION_PREFIX = f"e2e-op{lanes.WORKER}-"
 #: namespaces of every other test (their own operators, or none); 8 hex digits never match SESSION_PREFIX
 OWN_PREFIX = "e2e-"
 #: on every test namespace: which pytest run made it (a run that died is swept by the next one)
@@ -43,7 +46,8 @@ RUN_LABEL = "e2e.llm-autopilot.io/run"
 RUN_PID = "e2e.llm-autopilot.io/pid"
 #: on the session operator's namespaces: its ValidatingWebhookConfiguration selects them by this label
 SESSION_LABEL = "e2e.llm-autopilot.io/operator"
-SESSION_WEBHOOK = "e2e-session.llm-autopilot.io"
+SESSION_LABEL_VALUE = f"session{lanes.WORKER}"
+SESSION_WEBHOOK = f"e2e-session{lanes.WORKER}.llm-autopilot.io"
 RUN_ID = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
 #: how long a deleted namespace may keep pods (so GPUs) before the next test starts
 NAMESPACE_DRAIN_SECONDS = 90.0
@@ -52,7 +56,8 @@ SESSION_CLEANUP_SECONDS = 180.0
 
 
 def _cluster_env() -> dict[str, str]:
-    subprocess.run([*CLUSTER, "up"], check=True, stdout=sys.stderr)
+    with lanes.run_lock():  # one `up` at a time: the other lane's worker finds it up
+        subprocess.run([*CLUSTER, "up"], check=True, stdout=sys.stderr)
     return cluster_env()
 
 
@@ -300,8 +305,6 @@ def _leftovers(kubectl: Kubectl, objects: set[str], files: set[str]) -> list[str
                  timeout=SESSION_CLEANUP_SECONDS, interval=2)
     left = sorted(_cluster_objects(kubectl) - objects)
     left += sorted(f"file {f}" for f in _files(kubectl.env) - files)
-    left += [f"operator process {op.process.pid} ({op.log})" for op in Operator.started
-             if op.running() and op.process]
     return left
 
 
@@ -312,12 +315,15 @@ def kubectl() -> Iterator[Kubectl]:
     k("apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     k("wait", "--for=condition=Established", "crd/llmdeployments.llm-autopilot.io", "--timeout=60s")
     _sweep_dead_runs(k)
-    objects, files = _cluster_objects(k), _files(k.env)
+    lanes.session_started(_cluster_objects(k), _files(k.env))
     yield k
     running = [op for op in Operator.started if op.running()]
-    left = _leftovers(k, objects, files)
+    left = [f"operator process {op.process.pid} ({op.log})" for op in running if op.process]
     for op in running:
         op.stop(signal.SIGKILL)
+    before = lanes.session_ended()
+    if before is not None:  # the last lane to end: what the whole run left in the cluster
+        left += _leftovers(k, *before)
     if left:
         pytest.fail("the end-to-end session left state behind:\n  " + "\n  ".join(left), pytrace=False)
 
@@ -332,7 +338,7 @@ def session_webhook(port: int, ca: bytes) -> dict[str, Any]:
         "webhooks": [{
             "name": "validate-llmdeployment.llm-autopilot.io", "sideEffects": "None", "failurePolicy": "Fail",
             "matchPolicy": "Equivalent", "timeoutSeconds": 30, "admissionReviewVersions": ["v1", "v1beta1"],
-            "namespaceSelector": {"matchLabels": {SESSION_LABEL: "session"}},
+            "namespaceSelector": {"matchLabels": {SESSION_LABEL: SESSION_LABEL_VALUE}},
             "rules": [{"apiGroups": ["llm-autopilot.io"], "apiVersions": ["v1alpha1"],
                        "resources": ["llmdeployments"], "operations": ["CREATE", "UPDATE"], "scope": "*"}],
             "clientConfig": {"url": f"https://127.0.0.1:{port}/validate-llmdeployment",
@@ -342,7 +348,7 @@ def session_webhook(port: int, ca: bytes) -> dict[str, Any]:
 
 
 def _create_namespace(kubectl: Kubectl, name: str, session_operator: bool) -> None:
-    labels = {RUN_LABEL: RUN_ID, **({SESSION_LABEL: "session"} if session_operator else {})}
+    labels = {RUN_LABEL: RUN_ID, **({SESSION_LABEL: SESSION_LABEL_VALUE} if session_operator else {})}
     manifest = {"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": name, "labels": labels, "annotations": {RUN_PID: str(os.getpid())}}}
     kubectl("create", "-f", "-", input=json.dumps(manifest))

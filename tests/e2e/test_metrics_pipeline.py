@@ -243,6 +243,7 @@ def test_simulator_kv_usage_names_by_version(version: str, hidden: bool, names: 
     assert exposed == names
 
 
+@pytest.mark.alone  # stops the shared Prometheus: not beside the other lane (tests/e2e/lanes.py)
 def test_prometheus_down_raises_metrics_unavailable(kubectl: Kubectl, vllm_sim: VllmSimulator,
                                                     prometheus_url: str, sim_ns: str) -> None:
     ns = sim_ns

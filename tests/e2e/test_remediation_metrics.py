@@ -113,6 +113,7 @@ def test_alternating_signals_make_a_bounded_number_of_changes(kubectl: Kubectl, 
     assert len(steps(kubectl, namespace)) == 3  # step, relax, step: no flapping
 
 
+@pytest.mark.alone  # stops the shared Prometheus: not beside the other lane (tests/e2e/lanes.py)
 def test_prometheus_down_holds_still_and_says_why(kubectl: Kubectl, operator: Operator, prometheus_url: str,
                                                  namespace: str) -> None:
     deploy(kubectl, namespace)
@@ -131,6 +132,7 @@ def test_prometheus_down_holds_still_and_says_why(kubectl: Kubectl, operator: Op
              30)
 
 
+@pytest.mark.alone  # stops the shared Prometheus: not beside the other lane (tests/e2e/lanes.py)
 def test_metrics_available_holds_still_through_an_outage(kubectl: Kubectl, operator: Operator, prometheus_url: str,
                                                         namespace: str) -> None:
     """Issue #15, class 5: with Prometheus stopped, MetricsAvailable read True|Queried in some one-second samples.
