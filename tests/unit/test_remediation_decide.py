@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,11 +12,13 @@ import pytest
 from llm_autopilot.api.v1alpha1 import RemediationEvent, RemediationPolicy
 from llm_autopilot.remediation.classify import Classification, Signal
 from llm_autopilot.remediation.decide import Decision, Evidence, Metrics, Probe, decide
-from llm_autopilot.remediation.evidence import Termination, classify_crash
+from llm_autopilot.remediation.evidence import Termination, classify_crash, latest_crash
 from llm_autopilot.remediation.ladder import Overrides, Running
 from llm_autopilot.remediation.state import RemediationState
+from llm_autopilot.render.kubernetes import CONTAINER, PLAN_HASH, plan_hash
 from tests.unit.test_layering import PACKAGE, SHELLS, _imports
 from tests.unit.test_remediation import CUDA_RUNTIME, CUDA_STARTUP, V033_KV, running
+from tests.unit.test_render import inputs as render_inputs
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 LONG_AGO = NOW - timedelta(days=1)
@@ -28,6 +31,19 @@ def crash(message: str = "", *, reason: str = "Error", exit_code: int = 1, pod: 
 
 
 OOM = crash(reason="OOMKilled", exit_code=137)
+
+
+def oom_of_a_pod_at(limit_gib: float, *, current_gib: float) -> Evidence:
+    """What the gatherer finds when the only OOM kill is of a pod rendered with ``limit_gib`` while the plan in
+    force has ``current_gib`` (the same vLLM args: a memory step changes only the limit)."""
+    base = render_inputs()
+    pod = {"metadata": {"name": "qwen-old", "annotations": {
+               PLAN_HASH: plan_hash(dataclasses.replace(base, memory_limit_gib=limit_gib))}},
+           "status": {"containerStatuses": [{"name": CONTAINER, "restartCount": 2, "lastState": {"terminated": {
+               "reason": "OOMKilled", "exitCode": 137, "finishedAt": "2026-12-01T11:59:30Z"}}}]}}
+    current = plan_hash(dataclasses.replace(base, memory_limit_gib=current_gib))
+    return Evidence(crash=latest_crash([pod], container=CONTAINER, plan_hash=current, plan_hash_annotation=PLAN_HASH),
+                    plan_id=current)
 SATURATED = Evidence(saturation=Classification(Signal.KV_SATURATION, "KV cache usage 97% for 300s",
                                                evidence={"query": "q", "value": "0.970", "source": "prometheus"}),
                      metrics=Metrics.AVAILABLE, metrics_detail="Prometheus at http://p", plan_id="abc")
@@ -121,6 +137,11 @@ CASES = {
         verdict="WaitingForRollout"),
     "a crash of a pod running the current plan does not wait for the rollout": Case(
         Evidence(crash=OOM.crash, rollout_complete=False), verdict="Step", action="container memory limit 36Gi -> 54Gi",
+        degraded=(False, "Remediated"), events=("Remediated",), counts=(("OOMKilled", "step"),)),
+    "an OOM kill of a pod of the superseded memory limit does not move the ladder again (issue #29)": Case(
+        oom_of_a_pod_at(1.76, current_gib=2.64), state=stepped(2, at=NOW - timedelta(minutes=20)), verdict="Idle"),
+    "an OOM kill of a pod at the memory limit in force still steps": Case(
+        oom_of_a_pod_at(2.64, current_gib=2.64), verdict="Step", action="container memory limit 36Gi -> 54Gi",
         degraded=(False, "Remediated"), events=("Remediated",), counts=(("OOMKilled", "step"),)),
     "KV saturation inside the window after a step judges the old settings: ignored": Case(
         SATURATED, state=stepped(1, at=NOW - timedelta(seconds=100)), verdict="Idle"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -12,7 +13,17 @@ from llm_autopilot.catalog.models import catalog_models
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
 from llm_autopilot.planner.plan import Plan, PlanRequest, Targets
 from llm_autopilot.planner.search import plan
-from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH, Owner, WorkloadInputs, workload
+from llm_autopilot.remediation.evidence import latest_termination
+from llm_autopilot.render.kubernetes import (
+    CONTAINER,
+    INPUT_HASH,
+    PLAN_HASH,
+    Owner,
+    WorkloadInputs,
+    content_hash,
+    plan_hash,
+    workload,
+)
 from llm_autopilot.render.vllm_args import (
     ServeOptions,
     command_line,
@@ -196,6 +207,25 @@ def test_resources_default_and_override() -> None:
     res = custom[0]["spec"]["template"]["spec"]["containers"][0]["resources"]
     assert res["requests"] == {"cpu": "4", "memory": "64Gi", "nvidia.com/gpu": "1"}
     assert res["limits"] == {"memory": "80Gi", "nvidia.com/gpu": "1"}
+
+
+def test_a_memory_step_is_a_new_plan_so_the_old_pods_failures_are_not_its_evidence() -> None:
+    """Issue #29 item 6: after a memory-limit step (same vLLM args), the old pods' next OOM kill was read as the
+    new plan's and took a second step. The plan hash names the raised limit; without an override it is the hash
+    of the args alone, as it always was (no rollout on upgrade)."""
+    base = inputs()
+    raised = dataclasses.replace(base, memory_limit_gib=1.76)
+    higher = dataclasses.replace(base, memory_limit_gib=2.64)
+    assert plan_hash(base) == content_hash(list(base.args))
+    assert len({plan_hash(base), plan_hash(raised), plan_hash(higher)}) == 3
+    assert plan_hash(dataclasses.replace(base, replicas=3)) == plan_hash(base)  # replicas are not the plan
+    old_pod = {"metadata": {"name": "a", "annotations": {PLAN_HASH: plan_hash(raised)}},
+               "status": {"containerStatuses": [{"name": CONTAINER, "restartCount": 2, "lastState": {"terminated": {
+                   "reason": "OOMKilled", "exitCode": 137, "finishedAt": "2026-01-01T00:00:09Z"}}}]}}
+    assert latest_termination([old_pod], container=CONTAINER, plan_hash=plan_hash(higher),
+                              plan_hash_annotation=PLAN_HASH) is None
+    assert latest_termination([old_pod], container=CONTAINER, plan_hash=plan_hash(raised),
+                              plan_hash_annotation=PLAN_HASH) is not None
 
 
 def test_hashes_change_only_with_the_inputs() -> None:

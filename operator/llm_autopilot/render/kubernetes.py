@@ -296,7 +296,13 @@ def pod_spec(inputs: WorkloadInputs, vllm: dict[str, Any]) -> dict[str, Any]:
 
 
 def plan_hash(inputs: WorkloadInputs) -> str:
-    return content_hash(list(inputs.args))
+    """What identifies the pods of one plan (remediation reads only their failures as evidence): vLLM's args and,
+    when remediation raised it, the container memory limit. Without the limit, a memory step left the old pods
+    (same args) counted as the new plan's, and their next OOM kill took a second step the new pods never earned.
+    The limit enters only when it is an override, so a workload without one keeps the hash it always had."""
+    if inputs.memory_limit_gib is None:
+        return content_hash(list(inputs.args))
+    return content_hash([*inputs.args, {"memoryLimitGiB": inputs.memory_limit_gib}])
 
 
 def metadata(owner: Owner, name: str | None = None, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:
