@@ -241,8 +241,15 @@ def test_catalog_gpus() -> None:
     assert len(names) >= 11
     assert H100 in names
     table = ok("catalog", "gpus").stdout.splitlines()
-    assert table[0].startswith("NAME")
-    assert len(table) - 1 == len(rows)
+    assert table[0].startswith("NAME") and table[-1].startswith("GIB:")
+    assert len(table) - 2 == len(rows)
+    # issue #30: the H200's total is the one measured on a real card; every inferred figure says so
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["nvidia-h200-141gb"]["torch_total_gib"] == 139.8
+    assert not by_name["nvidia-h200-141gb"]["torch_total_inferred"] and not by_name[H100]["torch_total_inferred"]
+    inferred = {r["name"] for r in rows if r["torch_total_inferred"]}
+    assert inferred == {"nvidia-a10g", "nvidia-l40s", "nvidia-b200"}
+    assert {line.split()[0] for line in table[1:-1] if line.split()[2].startswith("~")} == inferred
 
 
 # --- user mistakes --------------------------------------------------------------------------------------

@@ -5,8 +5,9 @@
 X GiB", vLLM's "Free memory on device (free/total GiB)"), the figure vLLM multiplies by
 ``gpu_memory_utilization``. Observed values (tests/data/gpu_reported_memory.json, with links) vary by
 driver and ECC by up to 0.2 GiB; where several were seen, the lowest is used. No public log named the
-total of an A10G, L40S, H200 or B200: those are the nearest observed card with the same memory
-(A10, L40) or NVML's total less the 0.4-0.5 GiB the driver keeps on H100 (inferred).
+total of an A10G, L40S or B200: those are the nearest observed card with the same memory (A10, L40) or NVML's
+total less the 0.4-0.5 GiB the driver keeps on H100, and are marked ``inferred``. The H200's is measured
+(150,109,880,320 bytes: driver 580.159, CUDA 13.0, ECC on), 0.1 GiB below the figure once inferred for it.
 """
 
 from __future__ import annotations
@@ -26,23 +27,26 @@ def _gpu(
     gfd: Iterable[str],
     *,
     is_a100: bool = False,
+    inferred: bool = False,
+    total_bytes: int | None = None,
 ) -> GPUSpec:
     return GPUSpec(
         name=name,
         display_name=display,
         memory_mib=memory_mib,
-        total_bytes=round(torch_total_gib * GIB),
+        total_bytes=total_bytes if total_bytes is not None else round(torch_total_gib * GIB),
         compute_capability=ComputeCapability.parse(cc),
         gfd_products=tuple(gfd),
         is_a100=is_a100,
+        total_inferred=inferred,
     )
 
 
 GPUS: tuple[GPUSpec, ...] = (
     _gpu("nvidia-t4", "T4", 15360, 14.56, "7.5", ["Tesla-T4", "NVIDIA-T4"]),
-    _gpu("nvidia-a10g", "A10G", 23028, 22.18, "8.6", ["NVIDIA-A10G"]),
+    _gpu("nvidia-a10g", "A10G", 23028, 22.18, "8.6", ["NVIDIA-A10G"], inferred=True),
     _gpu("nvidia-l4", "L4", 23034, 22.03, "8.9", ["NVIDIA-L4"]),
-    _gpu("nvidia-l40s", "L40S", 46068, 44.40, "8.9", ["NVIDIA-L40S"]),
+    _gpu("nvidia-l40s", "L40S", 46068, 44.40, "8.9", ["NVIDIA-L40S"], inferred=True),
     _gpu(
         "nvidia-a100-40gb", "A100-40GB", 40960, 39.50, "8.0",
         ["NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB", "A100-SXM4-40GB"], is_a100=True,
@@ -52,8 +56,9 @@ GPUS: tuple[GPUSpec, ...] = (
         ["NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-80GB-PCIe", "A100-SXM4-80GB"], is_a100=True,
     ),
     _gpu("nvidia-h100-80gb", "H100-80GB", 81559, 79.19, "9.0", ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe"]),
-    _gpu("nvidia-h200-141gb", "H200-141GB", 143771, 139.9, "9.0", ["NVIDIA-H200", "NVIDIA-H200-141GB-HBM3e"]),
-    _gpu("nvidia-b200", "B200", 183359, 178.6, "10.0", ["NVIDIA-B200"]),
+    _gpu("nvidia-h200-141gb", "H200-141GB", 143771, 139.80, "9.0", ["NVIDIA-H200", "NVIDIA-H200-141GB-HBM3e"],
+         total_bytes=150_109_880_320),
+    _gpu("nvidia-b200", "B200", 183359, 178.6, "10.0", ["NVIDIA-B200"], inferred=True),
     _gpu("nvidia-rtx-4090", "RTX 4090", 24564, 23.64, "8.9", ["NVIDIA-GeForce-RTX-4090"]),
     _gpu("nvidia-rtx-5090", "RTX 5090", 32607, 31.37, "12.0", ["NVIDIA-GeForce-RTX-5090"]),
 )

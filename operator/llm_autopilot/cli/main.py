@@ -336,15 +336,19 @@ def catalog_gpus_command(output: str) -> None:
     if output == "json":
         click.echo(json.dumps([{
             "name": g.name, "display": g.display_name, "memory_mib": g.memory_mib,
-            "torch_total_gib": round(g.total_gib, 2), "compute_capability": str(g.compute_capability),
+            "torch_total_gib": round(g.total_gib, 2), "torch_total_inferred": g.total_inferred,
+            "compute_capability": str(g.compute_capability),
             "weight_formats": formats(g)[0], "kv_cache_dtypes": formats(g)[1], "gfd_products": list(g.gfd_products),
         } for g in GPUS], indent=2))
         return
-    click.echo(f"{'NAME':<20} {'MIB':>7} {'GIB':>7} {'CC':>5}  {'WEIGHTS':<36} KV")
+    click.echo(f"{'NAME':<20} {'MIB':>7} {'GIB':>8} {'CC':>5}  {'WEIGHTS':<36} KV")
     for g in GPUS:
         weights, kv = formats(g)
-        click.echo(f"{g.name:<20} {g.memory_mib:>7} {g.total_gib:>7.2f} {g.compute_capability!s:>5}  "
+        total = f"{'~' if g.total_inferred else ''}{g.total_gib:.2f}"
+        click.echo(f"{g.name:<20} {g.memory_mib:>7} {total:>8} {g.compute_capability!s:>5}  "
                    f"{','.join(weights):<36} {','.join(kv)}")
+    click.echo("GIB: the total PyTorch reports, which vLLM multiplies by gpu_memory_utilization; "
+               "~: inferred (no log of this card named it)")
 
 
 @cli.command(name="operator")

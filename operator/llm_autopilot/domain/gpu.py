@@ -41,6 +41,9 @@ class GPUSpec:
     #: GPU Feature Discovery ``nvidia.com/gpu.product`` values that identify this GPU
     gfd_products: tuple[str, ...] = ()
     is_a100: bool = False
+    #: ``total_bytes`` was inferred (no log of this card named it): the nearest observed card, or NVML's total less
+    #: what the driver keeps on a sibling; `llm-autopilot catalog gpus` marks it
+    total_inferred: bool = False
 
     @property
     def total_gib(self) -> float:
