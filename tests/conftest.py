@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,15 @@ def vllm033() -> VLLMBehaviour:
     return behaviour_of(DEFAULT_VLLM_VERSION)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist, the end-to-end tests in their two lanes (tests/e2e/lanes.py)."""
     lanes.assign(items)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    lanes.configure(config)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own scheduler for --dist loadgroup
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    return lanes.LaneScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None

@@ -11,7 +11,12 @@ namespace prefix and webhook (tests/e2e/conftest.py), and the vllm-cpu nodes are
 there. Unit tests fill whichever worker is free. A test that stops a shared service (Prometheus) is marked
 ``alone`` and runs in a second, sequential pytest run (the Makefile's ``test``).
 
-Without xdist (``pytest`` alone, one worker) nothing changes: no groups, the collection order is kept.
+How: each worker orders its collection vllm-cpu lane, kwok lane, the rest, and writes which lane each test is in;
+the controller's scheduler (``LaneScheduling``, chosen by ``--dist loadgroup``) reads that and hands each lane to
+one worker whole. (xdist's own ``xdist_group`` marks do not reach the controller under pytest 9: the node id they
+rewrite is no longer the one sent, so ``loadgroup`` alone spread a lane over both workers.)
+
+Without xdist (``pytest`` alone, one worker) nothing changes: the collection order is kept.
 """
 
 from __future__ import annotations
@@ -20,10 +25,13 @@ import contextlib
 import fcntl
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 #: "gw0", "gw1" under xdist; "" in a plain pytest run
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
@@ -44,23 +52,48 @@ def lane_of(item: pytest.Item) -> str | None:
 
 
 def assign(items: list[pytest.Item]) -> None:
-    """Under xdist: mark each end-to-end item with its lane's group and order the collection vllm-cpu lane, kwok
-    lane, the rest. With ``--no-loadscope-reorder`` xdist hands the first group to the first worker and the second
-    to the second before anything else, so the long lanes start at once and the unit tests fill in behind the
-    shorter one. The relative order inside a lane (module by module) is kept."""
+    """In an xdist worker: order the collection vllm-cpu lane, kwok lane, the rest (the order inside a lane, module
+    by module, is kept), and record each end-to-end test's lane for the controller's ``LaneScheduling``. Every
+    worker collects the same items, so each writes the same record."""
     if not WORKER:
         return
     lanes: dict[str | None, list[pytest.Item]] = {VLLM_CPU_LANE: [], KWOK_LANE: [], None: []}
     for item in items:
-        lane = lane_of(item)
-        if lane is not None:
-            item.add_marker(pytest.mark.xdist_group(lane))
-        lanes[lane].append(item)
+        lanes[lane_of(item)].append(item)
     items[:] = [*lanes[VLLM_CPU_LANE], *lanes[KWOK_LANE], *lanes[None]]
+    record = {item.nodeid: lane for lane in (VLLM_CPU_LANE, KWOK_LANE) for item in lanes[lane]}
+    path = _run_dir(RUN_UID) / f"lanes-{WORKER}.json"
+    path.with_suffix(".tmp").write_text(json.dumps(record))
+    path.with_suffix(".tmp").rename(path)
 
 
-def _run_dir() -> Path:
-    path = Path("/tmp") / f"llm-autopilot-e2e-{RUN_UID or os.getpid()}"
+def configure(config: pytest.Config) -> None:
+    """In the xdist controller: fix the run's id before the workers start, so controller and workers find the
+    same run directory (xdist makes one up later otherwise, and tells only the workers)."""
+    if not WORKER and config.getoption("numprocesses", None) and config.getoption("testrunuid", None) is None:
+        config.option.testrunuid = uuid.uuid4().hex
+
+
+class LaneScheduling(LoadScopeScheduling):  # type: ignore[misc]
+    """The controller's scheduler for ``--dist loadgroup``: xdist's scope scheduling with each lane as one scope (so
+    one worker runs it whole, in order) and every other test a scope of its own. ``--no-loadscope-reorder`` keeps
+    the workers' order, so the two lanes go out first, one to each worker."""
+
+    def __init__(self, config: pytest.Config, log: Any = None) -> None:
+        super().__init__(config, log)
+        self.run_uid = str(config.getoption("testrunuid"))
+        self.lanes: dict[str, str] | None = None
+
+    def _split_scope(self, nodeid: str) -> str:
+        if self.lanes is None:  # read once the workers have collected (schedule() runs after that)
+            self.lanes = {}
+            for path in sorted(_run_dir(self.run_uid).glob("lanes-*.json")):
+                self.lanes.update(json.loads(path.read_text()))
+        return self.lanes.get(nodeid, nodeid)
+
+
+def _run_dir(uid: str = RUN_UID) -> Path:
+    path = Path("/tmp") / f"llm-autopilot-e2e-{uid or os.getpid()}"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
