@@ -3,6 +3,7 @@ that start only on a complete folder."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from typing import Any
@@ -359,3 +360,60 @@ def test_an_s3_model_with_a_cache_is_served_from_it() -> None:
     job = kinds(run.cluster, "Job")[0]
     assert job["spec"]["template"]["spec"]["containers"][0]["args"][2] == "s3://models/tiny"
     assert run.cluster.deployment()["spec"]["template"]["spec"]["containers"][0]["args"][0] == "/model-cache/model"
+
+
+# --- a shared claim in a reconcile: two models, and an object from a release that used model/ -----------------
+
+SHARED_QWEN = {**CACHED_QWEN, "model": {"name": "Qwen/Qwen3-8B", "cache": SHARED}}
+SHARED_LLAMA = {**CACHED_QWEN, "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "cache": SHARED}}
+
+
+def test_a_second_model_on_a_claim_gets_its_own_job_and_is_not_served_the_first_ones_weights() -> None:
+    """The bug: the second model found the first one's Job (the same name) complete and loaded its folder."""
+    cluster = FakeCluster()
+    cluster.objects[("PersistentVolumeClaim", "team-models")] = {"metadata": {"name": "team-models"}}
+    qwen = Run(SHARED_QWEN, cluster=cluster, name="qwen")
+    qwen.once()
+    [qwen_job] = kinds(cluster, "Job")
+    cluster.objects[("Job", qwen_job["metadata"]["name"])]["status"] = {"succeeded": 1}
+    qwen.once()
+    assert qwen.status["cache"]["state"] == "Complete" and cluster.deployment("qwen")["spec"]["replicas"] == 1
+
+    llama = Run(SHARED_LLAMA, cluster=cluster, name="llama")
+    llama.once()
+    jobs = {j["metadata"]["name"]: j for j in kinds(cluster, "Job")}
+    assert len(jobs) == 2  # its own download, not the first model's finished one
+    assert llama.status["cache"]["state"] == "Pending" and cluster.deployment("llama")["spec"]["replicas"] == 0
+    folders = {run.name: run.status["cache"]["folder"] for run in (qwen, llama)}
+    assert folders["qwen"] != folders["llama"]
+    for run in (qwen, llama):
+        assert cluster.deployment(run.name)["spec"]["template"]["spec"]["containers"][0]["args"][0] == (
+            f"/model-cache/{folders[run.name]}")
+    llama_job = next(j for j in jobs.values() if j["metadata"]["name"] != qwen_job["metadata"]["name"])
+    args = llama_job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--source") + 1] == "hf://meta-llama/Llama-3.1-8B-Instruct"
+    assert args[args.index("--dest") + 1] == f"/model-cache/{folders['llama']}"
+
+
+def test_an_object_cached_in_model_by_an_earlier_release_downloads_once_into_its_folder_and_says_so() -> None:
+    """Upgrading: the status an earlier release wrote (no folder, Complete) and its finished ``<claim>-fetch`` Job
+    are not taken for the new folder: one download into it, the pods held meanwhile and the condition saying so;
+    the old Job is left as it was."""
+    cluster = FakeCluster()
+    cluster.objects[("PersistentVolumeClaim", "team-models")] = {"metadata": {"name": "team-models"}}
+    old_job = {"kind": "Job", "metadata": {"name": "team-models-fetch", "annotations": {}},
+               "status": {"succeeded": 1}}
+    cluster.objects[("Job", "team-models-fetch")] = copy.deepcopy(old_job)
+    run = Run(SHARED_QWEN, cluster=cluster,
+              status={"cache": {"claimName": "team-models", "state": "Complete", "bytes": 400, "totalBytes": 400,
+                                "percent": 100.0, "message": ""}})
+    run.once()
+    folder = cache.model_folder(spec(SHARED_QWEN["model"]))  # type: ignore[arg-type]
+    assert run.status["cache"]["folder"] == folder and run.status["cache"]["state"] == "Pending"
+    assert run.condition("ModelCached")["reason"] == "Pending"
+    assert cluster.deployment()["spec"]["replicas"] == 0
+    assert cluster.objects[("Job", "team-models-fetch")] == old_job  # left for the user to delete
+    new_job = cache.fetch_job_name(spec(SHARED_QWEN["model"]), "team-models")  # type: ignore[arg-type]
+    cluster.objects[("Job", new_job)]["status"] = {"succeeded": 1}
+    run.once()
+    assert run.status["cache"]["state"] == "Complete" and cluster.deployment()["spec"]["replicas"] == 1
