@@ -1,9 +1,10 @@
 """Two models on one ``spec.model.cache.existingClaim``: each in its own folder, each pod serving its own weights
 (issue #28, item 4).
 
-Two tiny models of different shapes (hack/tiny_models.py: ``tiny-llama-gqa``, two KV heads, and ``tiny-llama-mqa``,
-one) are PUT into the cluster's SeaweedFS; two LLMDeployments name the same claim of the local-path class (a real
-file system of its own) as their cache. Before the fix both downloads went to the claim's ``model`` folder under one
+Two tiny models of different shapes (hack/tiny_models.py: ``tiny-llama-gqa``, two KV heads, and
+``tiny-llama-mqa``, one), from the local Hub (``hf://``, the issue's case) or PUT into the cluster's SeaweedFS
+(``s3://``); two LLMDeployments name the same claim of the local-path class (a real file system of its own) as
+their cache. Before the fix both downloads went to the claim's ``model`` folder under one
 Job name, so the second LLMDeployment found the first one's Job complete and its pods served the first model's
 weights under their own name. Now each (source, revision) has its folder (``models/<slug>-<hash>``) and its Job.
 
@@ -21,6 +22,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -57,10 +59,13 @@ def store_fixture(kubectl: Kubectl) -> Iterator[Store]:
         store.remove()
 
 
-def deployment_of(name: str, model: str, store: Store) -> dict[str, Any]:
-    source = {"name": model, "source": f"s3://{store.bucket}/{model.split('/')[1]}",
-              "s3": {"endpoint": store.endpoint, "credentialsSecretRef": {"name": "s3-models"}},
-              "cache": {"enabled": True, "existingClaim": CLAIM}}
+def deployment_of(name: str, model: str, store: Store, scheme: str) -> dict[str, Any]:
+    source: dict[str, Any] = {"name": model, "cache": {"enabled": True, "existingClaim": CLAIM}}
+    if scheme == "s3":
+        source |= {"source": f"s3://{store.bucket}/{model.split('/')[1]}",
+                   "s3": {"endpoint": store.endpoint, "credentialsSecretRef": {"name": "s3-models"}}}
+    else:  # hf://<name>, from the local Hub (the operator's HF_ENDPOINT, passed to the download Job)
+        source["source"] = f"hf://{model}"
     # the stand-in: where each model's files are is the point here, not what vLLM does with them
     return tiny(name, model=source, vllm=STAND_IN)
 
@@ -79,8 +84,9 @@ def serving(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
     return found
 
 
+@pytest.mark.parametrize("scheme", ["hf", "s3"])
 def test_two_models_on_one_existing_claim_each_get_their_own_folder_and_serve_their_own_weights(
-        kubectl: Kubectl, namespace: str, tmp_path: Path, store: Store) -> None:
+        kubectl: Kubectl, namespace: str, tmp_path: Path, store: Store, scheme: str) -> None:
     files = {name: model_files(model) for name, model in MODELS.items()}
     assert files["gqa"]["model.safetensors"] != files["mqa"]["model.safetensors"]  # two models, two sets of weights
     for name, model in MODELS.items():
@@ -91,10 +97,13 @@ def test_two_models_on_one_existing_claim_each_get_their_own_folder_and_serve_th
                                         "resources": {"requests": {"storage": "64Mi"}}}})
     started = time.time()
     pods: dict[str, dict[str, Any]] = {}
-    with operator_for(kubectl, namespace, tmp_path):
+    # the operator passes its HF_ENDPOINT to the download Job, so it must be an address pods reach: the local
+    # Hub on the pod bridge's gateway (where the store is), not the loopback address the host's tests use
+    hub = f"http://{urlsplit(store.endpoint).hostname}:{urlsplit(kubectl.env['LLM_AUTOPILOT_LOCAL_HUB']).port}"
+    with operator_for(kubectl, namespace, tmp_path, hub=hub):
         # one after the other: the second model comes to a claim that holds the first one, complete
         for name, model in MODELS.items():
-            apply(kubectl, namespace, deployment_of(name, model, store))
+            apply(kubectl, namespace, deployment_of(name, model, store, scheme))
             pods[name] = serving(kubectl, namespace, name)
         ready_s = time.time() - started
 
@@ -127,5 +136,5 @@ def test_two_models_on_one_existing_claim_each_get_their_own_folder_and_serve_th
         texts = {name: complete(pod, PROMPT, 120, model=MODELS[name], temperature=0.0)["choices"][0]["text"]
                  for name, pod in pods.items()}
         assert texts["gqa"] != texts["mqa"], texts
-    sys.stderr.write(f"\n[shared claim] both served {ready_s:.0f} s after the first apply; folders "
+    sys.stderr.write(f"\n[shared claim, {scheme}://] both served {ready_s:.0f} s after the first apply; folders "
                      f"{ {n: s['folder'] for n, s in statuses.items()} }; texts {texts}\n")
