@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 import yaml
 
+from llm_autopilot.render.cache import shared_folder
 from tests.e2e.conftest import NAMESPACE_DRAIN_SECONDS, Kubectl, _create_namespace, _delete_namespace, wait_for
 from tests.e2e.helpers import pod_manifest, run_pod
 from tests.e2e.model_store import MODEL, PREFIX, Store, model_files
@@ -216,8 +217,10 @@ def test_a_corrupted_partial_file_fails_its_md5_check_is_fetched_again_and_only_
                   "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "64Mi"}}}})
     weights = cached.files["model.safetensors"]
     half = len(weights) // 2
-    script = (f"import os; os.makedirs('/c/model', exist_ok=True); "
-              f"open('/c/model/model.safetensors.partial', 'wb').write(bytes([7]) * {half}); print('{{}}')")
+    # the model's own folder in the claim (an existing claim holds one folder per source and revision)
+    folder = f"/c/{shared_folder(f's3://{cached.store.bucket}/corrupt', None, cached.store.endpoint)}"
+    script = (f"import os; os.makedirs('{folder}', exist_ok=True); "
+              f"open('{folder}/model.safetensors.partial', 'wb').write(bytes([7]) * {half}); print('{{}}')")
     pod, _ = run_pod(cached.kubectl, cached.namespace, pod_manifest(
         "seed", script, volumes=[{"name": "c", "persistentVolumeClaim": {"claimName": "seeded"}}],
         mounts=[{"name": "c", "mountPath": "/c"}]))

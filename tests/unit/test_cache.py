@@ -3,6 +3,8 @@ that start only on a complete folder."""
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 from typing import Any
 
@@ -102,9 +104,73 @@ def test_pods_mount_it_read_only_and_wait_for_the_marker() -> None:
     assert cache.pod_volume("c") == {"name": "model-cache", "persistentVolumeClaim": {"claimName": "c",
                                                                                        "readOnly": True}}
     assert cache.pod_mount()["readOnly"] is True
-    check = cache.marker_check("vllm/vllm-openai:v0.33.0")
+    check = cache.marker_check("vllm/vllm-openai:v0.33.0", spec(S3))
     assert f"/model-cache/model/{fetch.MARKER}" in check["command"][-1] and check["volumeMounts"][0]["readOnly"]
-    assert cache.model_path() == "/model-cache/model"
+    assert cache.model_path(spec(S3)) == "/model-cache/model"
+
+
+# --- a claim shared by several models: a folder (and a Job) per source and revision (issue #28) ------------
+
+SHARED = {"enabled": True, "existingClaim": "team-models"}
+
+
+def shared(model: str, revision: str | None = None, **fields: Any) -> LLMDeploymentSpec:
+    return spec({"name": model, "cache": SHARED, **({"revision": revision} if revision else {}), **fields})
+
+
+def test_two_models_on_one_claim_get_two_folders_and_two_jobs() -> None:
+    qwen, llama = shared("Qwen/Qwen3-8B"), shared("meta-llama/Llama-3.1-8B")
+    assert cache.model_folder(qwen) != cache.model_folder(llama)
+    assert cache.fetch_job_name(qwen, "team-models") != cache.fetch_job_name(llama, "team-models")
+    for one in (qwen, llama):
+        folder = cache.model_folder(one)
+        assert folder.startswith("models/") and subdomain_problem(folder.removeprefix("models/")) is None
+        job = cache.job(cache.CacheInputs(one, "ns", "img", 10**9))
+        container = job["spec"]["template"]["spec"]["containers"][0]
+        # fetch fills the folder vLLM loads and the init container checks
+        assert container["args"][container["args"].index("--dest") + 1] == cache.model_path(one)
+        assert cache.model_path(one) == f"/model-cache/{folder}"
+        assert f"{cache.model_path(one)}/{fetch.MARKER}" in cache.marker_check("img", one)["command"][-1]
+        assert job["metadata"]["annotations"]["llm-autopilot.io/folder"] == folder
+        assert len(job["metadata"]["name"]) <= 63 and subdomain_problem(job["metadata"]["name"]) is None
+
+
+def test_two_revisions_of_one_model_get_two_folders() -> None:
+    assert cache.model_folder(shared("Qwen/Qwen3-8B", "v1")) != cache.model_folder(shared("Qwen/Qwen3-8B", "v2"))
+    # no revision is the Hub's main: the same files, so the same folder
+    assert cache.model_folder(shared("Qwen/Qwen3-8B")) == cache.model_folder(shared("Qwen/Qwen3-8B", "main"))
+
+
+def test_the_same_model_twice_is_the_same_folder_and_it_is_stable() -> None:
+    first, second = shared("Qwen/Qwen3-8B", "v2"), shared("Qwen/Qwen3-8B", "v2", servedModelName="qwen")
+    assert cache.model_folder(first) == cache.model_folder(second)
+    assert cache.fetch_job_name(first, "team-models") == cache.fetch_job_name(second, "team-models")
+    # derived from the source alone (never from the object's name or a random value): the same in every release
+    key = hashlib.sha256(b"hf://Qwen/Qwen3-8B\0v2\0").hexdigest()[:12]
+    assert cache.shared_folder("hf://Qwen/Qwen3-8B", "v2") == f"models/qwen-qwen3-8b-{key}"
+
+
+def test_one_bucket_prefix_on_two_stores_is_two_folders() -> None:
+    def on(endpoint: str) -> LLMDeploymentSpec:
+        return spec({**S3, "s3": {**S3["s3"], "endpoint": endpoint}, "cache": SHARED})  # type: ignore[dict-item]
+    assert cache.model_folder(on("http://a.storage:8333")) != cache.model_folder(on("http://b.storage:8333"))
+
+
+def test_the_operators_own_pvc_keeps_its_folder_and_job() -> None:
+    """One PVC per source and revision already: ``model`` and ``<claim>-fetch`` as before, so an upgrade
+    downloads nothing again into a PVC sized for one copy."""
+    own = inputs()
+    assert cache.model_folder(own.spec) == "model" and cache.model_path(own.spec) == "/model-cache/model"
+    assert cache.job(own)["metadata"]["name"] == f"{own.claim}-fetch"
+    assert "annotations" not in cache.job(own)["metadata"]
+
+
+def test_a_long_claim_and_source_still_make_valid_names() -> None:
+    claim = "c" * 63
+    long = spec({"name": "org/" + "x" * 90, "cache": {"enabled": True, "existingClaim": claim}})
+    name = cache.fetch_job_name(long, claim)
+    assert len(name) <= 63 and subdomain_problem(name) is None
+    assert len(cache.model_folder(long)) <= len("models/") + 40 + 1 + 12
 
 
 def test_a_pvc_source_has_nothing_to_cache() -> None:
@@ -175,7 +241,8 @@ def test_no_pod_starts_before_the_download_completes() -> None:
     assert vllm["args"][0] == "/model-cache/model"
     assert vllm["args"][vllm["args"].index("--served-model-name") + 1] == "Qwen/Qwen3-8B"
     assert run.condition("ModelCached")["reason"] == "Pending"
-    assert run.status["cache"] == {"claimName": claim, "state": "Pending", "bytes": 0, "message": ""}
+    assert run.status["cache"] == {"claimName": claim, "folder": "model", "state": "Pending", "bytes": 0,
+                                   "message": ""}
     assert run.last is not None and not run.last.settled
 
     run.cluster.objects[("Job", job)]["status"] = {"active": 1}
@@ -293,3 +360,60 @@ def test_an_s3_model_with_a_cache_is_served_from_it() -> None:
     job = kinds(run.cluster, "Job")[0]
     assert job["spec"]["template"]["spec"]["containers"][0]["args"][2] == "s3://models/tiny"
     assert run.cluster.deployment()["spec"]["template"]["spec"]["containers"][0]["args"][0] == "/model-cache/model"
+
+
+# --- a shared claim in a reconcile: two models, and an object from a release that used model/ -----------------
+
+SHARED_QWEN = {**CACHED_QWEN, "model": {"name": "Qwen/Qwen3-8B", "cache": SHARED}}
+SHARED_LLAMA = {**CACHED_QWEN, "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "cache": SHARED}}
+
+
+def test_a_second_model_on_a_claim_gets_its_own_job_and_is_not_served_the_first_ones_weights() -> None:
+    """The bug: the second model found the first one's Job (the same name) complete and loaded its folder."""
+    cluster = FakeCluster()
+    cluster.objects[("PersistentVolumeClaim", "team-models")] = {"metadata": {"name": "team-models"}}
+    qwen = Run(SHARED_QWEN, cluster=cluster, name="qwen")
+    qwen.once()
+    [qwen_job] = kinds(cluster, "Job")
+    cluster.objects[("Job", qwen_job["metadata"]["name"])]["status"] = {"succeeded": 1}
+    qwen.once()
+    assert qwen.status["cache"]["state"] == "Complete" and cluster.deployment("qwen")["spec"]["replicas"] == 1
+
+    llama = Run(SHARED_LLAMA, cluster=cluster, name="llama")
+    llama.once()
+    jobs = {j["metadata"]["name"]: j for j in kinds(cluster, "Job")}
+    assert len(jobs) == 2  # its own download, not the first model's finished one
+    assert llama.status["cache"]["state"] == "Pending" and cluster.deployment("llama")["spec"]["replicas"] == 0
+    folders = {run.name: run.status["cache"]["folder"] for run in (qwen, llama)}
+    assert folders["qwen"] != folders["llama"]
+    for run in (qwen, llama):
+        assert cluster.deployment(run.name)["spec"]["template"]["spec"]["containers"][0]["args"][0] == (
+            f"/model-cache/{folders[run.name]}")
+    llama_job = next(j for j in jobs.values() if j["metadata"]["name"] != qwen_job["metadata"]["name"])
+    args = llama_job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--source") + 1] == "hf://meta-llama/Llama-3.1-8B-Instruct"
+    assert args[args.index("--dest") + 1] == f"/model-cache/{folders['llama']}"
+
+
+def test_an_object_cached_in_model_by_an_earlier_release_downloads_once_into_its_folder_and_says_so() -> None:
+    """Upgrading: the status an earlier release wrote (no folder, Complete) and its finished ``<claim>-fetch`` Job
+    are not taken for the new folder: one download into it, the pods held meanwhile and the condition saying so;
+    the old Job is left as it was."""
+    cluster = FakeCluster()
+    cluster.objects[("PersistentVolumeClaim", "team-models")] = {"metadata": {"name": "team-models"}}
+    old_job = {"kind": "Job", "metadata": {"name": "team-models-fetch", "annotations": {}},
+               "status": {"succeeded": 1}}
+    cluster.objects[("Job", "team-models-fetch")] = copy.deepcopy(old_job)
+    run = Run(SHARED_QWEN, cluster=cluster,
+              status={"cache": {"claimName": "team-models", "state": "Complete", "bytes": 400, "totalBytes": 400,
+                                "percent": 100.0, "message": ""}})
+    run.once()
+    folder = cache.model_folder(spec(SHARED_QWEN["model"]))  # type: ignore[arg-type]
+    assert run.status["cache"]["folder"] == folder and run.status["cache"]["state"] == "Pending"
+    assert run.condition("ModelCached")["reason"] == "Pending"
+    assert cluster.deployment()["spec"]["replicas"] == 0
+    assert cluster.objects[("Job", "team-models-fetch")] == old_job  # left for the user to delete
+    new_job = cache.fetch_job_name(spec(SHARED_QWEN["model"]), "team-models")  # type: ignore[arg-type]
+    cluster.objects[("Job", new_job)]["status"] = {"succeeded": 1}
+    run.once()
+    assert run.status["cache"]["state"] == "Complete" and cluster.deployment()["spec"]["replicas"] == 1

@@ -163,6 +163,9 @@ class CachedAdapter(APIModel):
 
 class CacheStatus(APIModel):
     claim_name: str = Field(description="The cache PVC.")
+    folder: str | None = Field(
+        None, description="The model's folder in the PVC (vLLM loads /model-cache/<folder>): `model` in the "
+        "operator's PVC, `models/<source>-<hash>` in an existingClaim, one per source and revision.")
     state: CacheState = Field(description="Where the download is.")
     bytes: int = Field(0, ge=0, description="Bytes in the cache.")
     total_bytes: int | None = Field(None, ge=0, description="Bytes of the whole checkpoint.")

@@ -61,6 +61,7 @@ def observe(kube: CacheCluster, inputs: cache.CacheInputs,
                                            f"exist in namespace {namespace}")
         objects.append(with_hash(pvc))
     jobs, status = _observe_model(kube, inputs, previous)
+    status = status.model_copy(update={"folder": cache.model_folder(inputs.spec)})
     objects += jobs
     jobs, adapters = _observe_adapters(kube, inputs)
     return objects + jobs, status.model_copy(update={"adapters": adapters or None})
@@ -108,7 +109,7 @@ def _observe_model(kube: CacheCluster, inputs: cache.CacheInputs,
         return objects, CacheStatus(claim_name=claim, state="Pending")
     succeeded = int((live.get("status") or {}).get("succeeded") or 0) > 0
     if (succeeded and previous is not None and previous.state == "Complete" and previous.total_bytes
-            and previous.claim_name == claim):
+            and previous.claim_name == claim and previous.folder == cache.model_folder(inputs.spec)):
         return objects, previous.model_copy(update={"adapters": None})
     log = message = earlier = ""
     pods = sorted(kube.job_pods(namespace, job_name),

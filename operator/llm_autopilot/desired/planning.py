@@ -131,7 +131,7 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     assert isinstance(choice.result, Plan) and choice.pool is not None
     plan, spec = choice.result, ctx.spec
     served_name = spec.model.served_name
-    local = cache.model_path() if ctx.cache_claim else model_volume.model_path(spec)
+    local = cache.model_path(spec) if ctx.cache_claim else model_volume.model_path(spec)
     lora_runtime = lora_sync.runtime(spec, plan.config)
     modules = () if lora_runtime else lora_volumes.modules(spec, ctx.downloaded_adapters)
     args = render_vllm_args(plan, ServeOptions(served_model_name=served_name,

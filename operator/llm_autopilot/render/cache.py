@@ -8,6 +8,11 @@ with ``kubectl delete pvc,job -l llm-autopilot.io/cache=<name>``.
 The Job runs ``llm-autopilot fetch`` in the operator's image, with no ServiceAccount token; the vLLM pods mount
 the PVC read-only and start only on a complete folder: an init container checks the completion marker that
 fetch writes last, after every size and hash check.
+
+Inside the PVC the model is in a folder of its own. The operator's PVC holds one (source, revision) by its name,
+so the folder is ``model``. A claim the user gives (``existingClaim``) may be shared by LLMDeployments of different
+models, so each (source, revision) gets ``models/<slug>-<hash>`` there (:func:`model_folder`), with a download Job
+of its own: two models on one claim never load each other's weights (issue #28).
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec, ModelCach
 
 CACHE_LABEL = f"{GROUP}/cache"
 CACHE_MOUNT = "/model-cache"
-#: where fetch fills the model inside the PVC (a folder, so the PVC's lost+found is not in the way)
+#: where fetch fills the model inside the operator's own PVC (a folder, so the PVC's lost+found is not in the way)
 CACHE_FOLDER = "model"
+#: the folder of an existing claim's models: one subfolder per (source, revision), see :func:`model_folder`
+SHARED_FOLDER = "models"
 MARKER = ".llm-autopilot-complete"  # storage/fetch.py writes it (a shell module: the name is repeated there)
 VOLUME = "model-cache"
 #: the cache's headroom over the checkpoint: 10 % and 1 GiB (filesystem overhead, tokenizer and config files)
@@ -48,6 +55,39 @@ def claim_name(spec: LLMDeploymentSpec, namespace: str) -> str:
     where = spec.model.location
     slug = _SLUG.sub("-", where.uri.split("://", 1)[1].lower()).strip("-")[:32].strip("-")
     return f"llm-cache-{slug}-{cache_key(namespace, where.uri, spec.model.revision)}"
+
+
+def _s3_endpoint(spec: LLMDeploymentSpec) -> str:
+    where, options = spec.model.location, spec.model.s3
+    return (options.endpoint or "") if isinstance(where, S3Source) and options is not None else ""
+
+
+def shared_folder(source: str, revision: str | None, s3_endpoint: str = "") -> str:
+    """A model's folder in a shared claim: ``models/<slug>-<hash>``, the slug readable (the source, path-safe),
+    the hash of the source, the revision (none is ``main``, as the Hub reads it) and an s3:// source's endpoint
+    (the same bucket and prefix on two stores are two models). Pure and stable: the same model is the same
+    folder in every LLMDeployment, any other model or revision another one."""
+    slug = _SLUG.sub("-", source.split("://", 1)[-1].lower()).strip("-")[:40].strip("-") or "model"
+    key = hashlib.sha256(f"{source}\0{revision or 'main'}\0{s3_endpoint}".encode()).hexdigest()[:12]
+    return f"{SHARED_FOLDER}/{slug}-{key}"
+
+
+def model_folder(spec: LLMDeploymentSpec) -> str:
+    """The model's folder in the cache PVC: ``model`` in the operator's PVC (one per source and revision by its
+    name), the model's own folder in an existing claim (which other models may share)."""
+    cache = spec.model.cache
+    if cache is not None and cache.existing_claim:
+        return shared_folder(spec.model.location.uri, spec.model.revision, _s3_endpoint(spec))
+    return CACHE_FOLDER
+
+
+def fetch_job_name(spec: LLMDeploymentSpec, claim: str) -> str:
+    """The model's download Job: ``<claim>-fetch`` for the operator's PVC; in an existing claim one Job per
+    folder (``<claim>-fetch-<hash>``), so a second model's Job is never taken for the first one's."""
+    if model_folder(spec) == CACHE_FOLDER:
+        return f"{claim}-fetch"[:63].rstrip("-")
+    digest = hashlib.sha256(f"{claim}\0{model_folder(spec)}".encode()).hexdigest()[:12]
+    return f"{claim[:44].rstrip('-.')}-fetch-{digest}"
 
 
 def enabled(spec: LLMDeploymentSpec) -> bool:
@@ -130,7 +170,7 @@ def _fetch_env(spec: LLMDeploymentSpec) -> list[dict[str, Any]]:
 
 def fetch_args(spec: LLMDeploymentSpec) -> list[str]:
     model = spec.model
-    args = ["fetch", "--source", model.location.uri, "--dest", f"{CACHE_MOUNT}/{CACHE_FOLDER}"]
+    args = ["fetch", "--source", model.location.uri, "--dest", model_path(spec)]
     if model.revision:
         args += ["--revision", model.revision]
     if isinstance(model.location, S3Source):
@@ -142,7 +182,12 @@ def job(inputs: CacheInputs) -> dict[str, Any]:
     """The download Job: resumes on a retry (the partial files are on the PVC), checks, marks complete."""
     env = _fetch_env(inputs.spec) + ([{"name": "HF_ENDPOINT", "value": inputs.hub_endpoint}]
                                      if inputs.hub_endpoint and inputs.spec.model.hub_repo else [])
-    return fetch_job(inputs, f"{inputs.claim}-fetch"[:63].rstrip("-"), fetch_args(inputs.spec), env)
+    folder = model_folder(inputs.spec)
+    # in a shared claim the Job says which model and folder it fills (the operator's own PVC says it already)
+    shared = ({f"{GROUP}/source": inputs.spec.model.location.uri, f"{GROUP}/folder": folder}
+              if folder != CACHE_FOLDER else None)
+    return fetch_job(inputs, fetch_job_name(inputs.spec, inputs.claim), fetch_args(inputs.spec), env,
+                     annotations=shared)
 
 
 def fetch_job(inputs: CacheInputs, name: str, args: list[str], env: list[dict[str, Any]],
@@ -177,9 +222,9 @@ def fetch_job(inputs: CacheInputs, name: str, args: list[str], env: list[dict[st
                                                                        "spec": pod}}}
 
 
-def model_path() -> str:
-    """The folder vLLM loads from the cache."""
-    return f"{CACHE_MOUNT}/{CACHE_FOLDER}"
+def model_path(spec: LLMDeploymentSpec) -> str:
+    """The folder vLLM loads from the cache (and fetch fills)."""
+    return f"{CACHE_MOUNT}/{model_folder(spec)}"
 
 
 def pod_volume(claim: str) -> dict[str, Any]:
@@ -190,9 +235,9 @@ def pod_mount() -> dict[str, Any]:
     return {"name": VOLUME, "mountPath": CACHE_MOUNT, "readOnly": True}
 
 
-def marker_check(image: str) -> dict[str, Any]:
+def marker_check(image: str, spec: LLMDeploymentSpec) -> dict[str, Any]:
     """An init container in the vLLM image: the pod goes no further than this on a partial cache."""
-    marker = f"{CACHE_MOUNT}/{CACHE_FOLDER}/{MARKER}"
+    marker = f"{model_path(spec)}/{MARKER}"
     return {"name": "cache-complete", "image": image, "command": ["/bin/sh", "-c",
             f"test -f {marker} || {{ echo 'the model cache is not complete ({marker} is missing)' >&2; exit 1; }}"],
             "volumeMounts": [pod_mount()],

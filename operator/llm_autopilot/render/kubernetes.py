@@ -284,7 +284,7 @@ def pod_spec(inputs: WorkloadInputs, vllm: dict[str, Any]) -> dict[str, Any]:
         "securityContext": _pod_security_context(),
     }
     if inputs.cache_claim:  # the pod goes no further on a cache without its completion marker
-        pod["initContainers"] = [cache.marker_check(inputs.image)]
+        pod["initContainers"] = [cache.marker_check(inputs.image, spec)]
     if spec.gpu.node_selector:
         pod["nodeSelector"] = dict(spec.gpu.node_selector)
     if spec.gpu.tolerations:
