@@ -96,7 +96,7 @@ def test_a_forged_calibration_moves_no_plan(kubectl: Kubectl, namespace: str, tm
         assert pin.get("ratio") is None, pin  # no sample in the store: not calibrated
         args, plan = container_args(kubectl, namespace, "pinned"), status_of(kubectl, namespace, "pinned")["plan"]
         # the pin of this very spec, as if earlier deployments had measured 45% more KV cache than predicted
-        forged = {**copy.deepcopy(pin), "ratio": 1.449, "deployments": ["evil/twin"],
+        forged = {**copy.deepcopy(pin), "ratio": 1.449, "deployments": 3,
                   "message": "calibrated from evil/twin"}
         forge(kubectl, namespace, "pinned", {"kvCalibration": forged})
         said = said_forged(kubectl, namespace, "pinned", "kvCalibration")
