@@ -99,8 +99,8 @@ def test_a_forged_calibration_moves_no_plan(kubectl: Kubectl, namespace: str, tm
         forged = {**copy.deepcopy(pin), "ratio": 1.449, "deployments": 3,
                   "message": "calibrated from evil/twin"}
         forge(kubectl, namespace, "pinned", {"kvCalibration": forged})
-        said = said_forged(kubectl, namespace, "pinned", "kvCalibration")
         unmoved(kubectl, namespace, "pinned", args, plan)
+        said = said_forged(kubectl, namespace, "pinned", "kvCalibration")
         kept = status_of(kubectl, namespace, "pinned")["kvCalibration"]
         assert kept.get("ratio") is None and not kept.get("deployments"), kept  # chosen again, not forged
         assert len(forged_events(kubectl, namespace, "pinned")) == 1, said  # said once
@@ -138,12 +138,12 @@ def test_a_forged_burn_in_verdict_moves_no_gate(kubectl: Kubectl, namespace: str
     forged = {**verdict, "pods": [{**judged, "passed": False, "reason": "KVCacheTooSmall",
                                    "message": f"{pod}: forged"}]}
     forge(kubectl, namespace, "burnt", {"burnIn": forged})
-    said_forged(kubectl, namespace, "burnt", "burnIn")
     deadline = time.monotonic() + WATCH_SECONDS
     while time.monotonic() < deadline:
         current = {p["metadata"]["name"]: p for p in pods(kubectl, namespace, "burnt")}
         assert gate(current[pod]) == "True", "the forged verdict moved the pod's gate"
         time.sleep(1)
+    said_forged(kubectl, namespace, "burnt", "burnIn")
     assert [p["metadata"]["name"] for p in ready_pods(kubectl, namespace, "burnt")] == [pod]
     assert status_of(kubectl, namespace, "burnt")["burnIn"]["pods"][0]["passed"] is True  # read from its gate
 
@@ -177,8 +177,8 @@ def test_a_forged_source_moves_no_plan(kubectl: Kubectl, namespace: str, standin
     forged = {**source, "config": {**config, "max_position_embeddings": 2 * int(config["max_position_embeddings"]),
                                    "num_hidden_layers": 4 * int(config["num_hidden_layers"])}}
     forge(kubectl, namespace, "sourced", {"source": forged})
-    said_forged(kubectl, namespace, "sourced", "source")
     unmoved(kubectl, namespace, "sourced", args, plan)
+    said_forged(kubectl, namespace, "sourced", "source")
     assert status_of(kubectl, namespace, "sourced")["source"]["config"] == config  # read again from the store
     assert arg(deployment(kubectl, namespace, "sourced"), "--max-model-len") == arg(
         {"spec": {"containers": [{"args": args}]}}, "--max-model-len")

@@ -3,9 +3,10 @@ with a key only the operator holds, over the object's uid, the section's name an
 kept in status.attestations. Who may write the status subresource cannot make one, so what they write there moves
 no plan, no pod gate and no rollout: desired() sets it aside (the StatusForged Event) and decides it again.
 
-The key is the calibration store's (``LLM_AUTOPILOT_CALIBRATION_KEY``, the chart's operator.calibrationKeySecret)
-under another scheme name; without it the process makes its own once, and a restart then inspects, verifies and
-chooses the KV calibration again (the pods' burn-in gates are kept: they are their own record).
+The key is the calibration store's (``LLM_AUTOPILOT_CALIBRATION_KEY``: the Secret the chart makes once, or the one
+operator.calibrationKeySecret names) under another scheme name; without it the process makes its own once, and a
+restart then inspects, verifies and chooses the KV calibration again (the pods' burn-in gates are kept: they are
+their own record).
 """
 
 from __future__ import annotations
