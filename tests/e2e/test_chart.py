@@ -576,9 +576,13 @@ def test_ha_peering_hands_over_without_duplicate_writes(chart_cluster: Kubectl, 
     kubectl = chart_cluster
     kubeconfig = sa_kubeconfig(kubectl, namespace, f"{release}-llm-autopilot", tmp_path / "sa.kubeconfig")
     args = ["--peering", f"--namespace={namespace}", f"--peering-lifetime={PEERING_LIFETIME_SECONDS}"]
+    # every replica's key, as the chart's Deployment gives it: the Secret the install made (the status one replica
+    # attested is the others' own)
+    key = base64.b64decode(kubectl.json("secret", f"{release}-llm-autopilot-key", "-n", namespace)["data"]["key"])
 
     def replica(name: str, priority: int) -> Operator:
-        env = operator_env(kubectl, kubeconfig, POD_ID=f"{name}-{uuid.uuid4().hex[:4]}")
+        env = operator_env(kubectl, kubeconfig, POD_ID=f"{name}-{uuid.uuid4().hex[:4]}",
+                           LLM_AUTOPILOT_CALIBRATION_KEY=key.decode())
         return Operator(env, tmp_path / f"{name}.log", [*args, f"--priority={priority}"])
 
     high, low = replica("high", 100), replica("low", 50)
