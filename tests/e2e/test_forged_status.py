@@ -1,10 +1,12 @@
 """The status is a report, not the operator's memory (issue #28 item 2), on the local cluster: a user who may write
 the status subresource forges what the operator reads back -- the KV calibration a spec plans with, a pod's burn-in
-verdict, what an s3:// source's objects hold -- and nothing moves: not the plan, not the Deployment, not the pod's
-readiness gate. The operator says it once, as a StatusForged Event (and in its log), and decides the section again.
+verdict, what an s3:// source's objects hold, what a pvc:// source's inspect Job read -- and nothing moves: not the
+plan, not the Deployment, not the pod's readiness gate. The operator says it once, as a StatusForged Event (and in
+its log), and decides the section again. Each test fails on the operator before status.attestations (the move
+itself: "moved the Deployment", "moved the pod's gate", "was deployed").
 
-No real vLLM: the pin on the KWOK L4 pool (the model from the catalog), the burn-in and the s3:// source on the
-vLLM stand-in (hack/vllm_standin.py) of the vllm-cpu pool.
+No real vLLM: the pin on the KWOK L4 pool (the model from the catalog), the burn-in and the sources on the vLLM
+stand-in (hack/vllm_standin.py) of the vllm-cpu pool.
 """
 
 from __future__ import annotations
@@ -182,3 +184,34 @@ def test_a_forged_source_moves_no_plan(kubectl: Kubectl, namespace: str, standin
     assert status_of(kubectl, namespace, "sourced")["source"]["config"] == config  # read again from the store
     assert arg(deployment(kubectl, namespace, "sourced"), "--max-model-len") == arg(
         {"spec": {"containers": [{"args": args}]}}, "--max-model-len")
+
+
+# ---- status.source: what a pvc:// source's inspect Job read on the volume ----------------------------------
+
+def test_a_forged_volume_reading_deploys_nothing(kubectl: Kubectl, namespace: str,
+                                                 standin_operator: Operator) -> None:
+    # a claim no volume ever binds: its inspect Job never runs, so nothing has read the volume
+    claim = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "unread"},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "no-such-class",
+                      "resources": {"requests": {"storage": "1Gi"}}}}
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(claim))
+    uri = "pvc://unread/models/tiny"
+    obj = tiny("unread", model={"name": "llm-autopilot/tiny-llama-gqa", "source": uri}, vllm=STAND_IN)
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
+    inspecting = wait_for("Planned=False InspectingSource", lambda: next((
+        c for c in status_of(kubectl, namespace, "unread").get("conditions") or []
+        if c["type"] == "Planned" and c["reason"] == "InspectingSource"), None), timeout=60)
+    files = model_files()
+    claim_uid = kubectl.json("pvc", "unread", "-n", namespace)["metadata"]["uid"]
+    # what the inspect Job would have reported, as if it had: the claim's uid is anyone's to read
+    forge(kubectl, namespace, "unread", {"source": {
+        "uri": uri, "claimUID": claim_uid, "state": "Inspected", "config": json.loads(files["config.json"]),
+        "checkpointBytes": len(files["model.safetensors"]), "weightFiles": 1}})
+    deadline = time.monotonic() + WATCH_SECONDS
+    while time.monotonic() < deadline:
+        assert kubectl.maybe("deployment", "unread", "-n", namespace) is None, "the forged reading was deployed"
+        time.sleep(1)
+    said_forged(kubectl, namespace, "unread", "source")
+    planned = next(c for c in status_of(kubectl, namespace, "unread")["conditions"] if c["type"] == "Planned")
+    assert planned["status"] == "False" and planned["reason"] == "InspectingSource", (planned, inspecting)
+    assert status_of(kubectl, namespace, "unread")["source"]["state"] == "Inspecting"
