@@ -77,6 +77,15 @@ def operator_running(pid_file: Path, proc: Path = Path("/proc")) -> bool:
     return b"llm-autopilot" in cmdline
 
 
+def _dev_key(state: Path) -> str:
+    """The dev operator's key (LLM_AUTOPILOT_CALIBRATION_KEY), made once in the cluster's state dir."""
+    path = state / "operator.key"
+    if not path.exists():
+        path.write_text(os.urandom(32).hex())
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
 def up() -> int:
     say("starting the local control plane (the first run builds it from source: about 13 min on 2 cores)")
     subprocess.run([*CLUSTER, "up"], check=True, stdout=subprocess.DEVNULL)
@@ -96,7 +105,10 @@ def up() -> int:
                   "LLM_AUTOPILOT_WEBHOOK_CERT_DIR": str(state / "webhook"), "LLM_AUTOPILOT_RESYNC_SECONDS": "10",
                   # the KV calibration store, as the chart keeps it beside the operator
                   "LLM_AUTOPILOT_CALIBRATION_NAMESPACE": "default",
-                  "LLM_AUTOPILOT_CALIBRATION_READ_SECONDS": "5"}
+                  "LLM_AUTOPILOT_CALIBRATION_READ_SECONDS": "5",
+                  # the operator's key, kept in the state dir as the chart keeps it in a Secret: a restarted dev
+                  # operator reads the status it attested as its own
+                  "LLM_AUTOPILOT_CALIBRATION_KEY": _dev_key(state)}
         log.parent.mkdir(parents=True, exist_ok=True)
         process = subprocess.Popen([str(OPERATOR), "operator"], env=op_env, stdout=log.open("ab"),
                                    stderr=subprocess.STDOUT, start_new_session=True)

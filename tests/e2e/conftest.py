@@ -363,7 +363,10 @@ def operator(kubectl: Kubectl, tmp_path_factory: pytest.TempPathFactory) -> Iter
            "LLM_AUTOPILOT_WEBHOOK_PORT": str(port), "LLM_AUTOPILOT_WEBHOOK_CERT_DIR": str(workdir / "certs"),
            "LLM_AUTOPILOT_WEBHOOK_MANAGED": "false",
            "HF_ENDPOINT": "http://127.0.0.1:9", "LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS": "1",
-           "LLM_AUTOPILOT_METRICS_PORT": str(_free_port())}
+           "LLM_AUTOPILOT_METRICS_PORT": str(_free_port()),
+           # the operator's key, as the chart gives it (its key Secret): a restart keeps it, so the status it
+           # attested before is its own after (restart tests write nothing)
+           "LLM_AUTOPILOT_CALIBRATION_KEY": uuid.uuid4().hex * 2}
     # ready (also after a test restarts it) once the admission server listens
     op = Operator(env, workdir / "operator.log", [f"--namespace={SESSION_PREFIX}*"],
                   ready=lambda _: listening(port), shared=True)

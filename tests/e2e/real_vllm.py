@@ -72,7 +72,9 @@ def operator_for(kubectl: Kubectl, namespace: str, workdir: Path,
            "HF_ENDPOINT": hub or kubectl.env["LLM_AUTOPILOT_LOCAL_HUB"],
            "HF_HOME": str(workdir / "hf-home"), "LLM_AUTOPILOT_METRICS_PORT": str(_free_port()),
            # the KV calibration store in the test's own namespace (gone with it), or none
-           "LLM_AUTOPILOT_CALIBRATION_NAMESPACE": namespace if calibration else "off"}
+           "LLM_AUTOPILOT_CALIBRATION_NAMESPACE": namespace if calibration else "off",
+           # the operator's key, as the chart gives it (its key Secret)
+           "LLM_AUTOPILOT_CALIBRATION_KEY": os.urandom(32).hex()}
     operator = Operator(env, workdir / "operator.log", [f"--namespace={namespace}"]).start()
     try:
         yield operator

@@ -156,6 +156,10 @@ def kinds(docs: list[dict[str, Any]]) -> list[str]:
     return sorted(d["kind"] for d in docs)
 
 
+def named(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    return one([d for d in docs if d["metadata"]["name"] == name], kind)
+
+
 def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     found = [d for d in docs if d["kind"] == kind]
     assert len(found) == 1, f"expected one {kind}, got {len(found)}"
@@ -240,7 +244,7 @@ def test_every_rendered_manifest_passes_server_dry_run(chart_cluster: Kubectl, h
 def test_modes_render_what_they_promise(helm: Path) -> None:
     default = render(helm)
     assert kinds(default) == ["ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Secret",
-                              "Service", "Service", "ServiceAccount", "ValidatingWebhookConfiguration"]
+                              "Secret", "Service", "Service", "ServiceAccount", "ValidatingWebhookConfiguration"]
     pod = one(default, "Deployment")["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["command"] == ["llm-autopilot", "operator", "--liveness=http://0.0.0.0:8080/healthz",
@@ -272,14 +276,28 @@ def test_modes_render_what_they_promise(helm: Path) -> None:
         assert {e["name"]: e.get("value") for e in container_env}["LLM_AUTOPILOT_PROMETHEUS_TLS_VERIFY"] == value
 
     # self-signed webhook TLS: the Secret's CA is the caBundle the API server trusts
-    secret, vwc = one(default, "Secret"), one(default, "ValidatingWebhookConfiguration")
+    secret = named(default, "Secret", "la-llm-autopilot-webhook-tls")
+    vwc = one(default, "ValidatingWebhookConfiguration")
     hook = vwc["webhooks"][0]
     assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
     assert hook["clientConfig"]["service"]["path"] == "/validate-llmdeployment"
     assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
 
     cm = render(helm, *MODES["webhook-cert-manager"])
-    assert {"Certificate", "Issuer"} <= set(kinds(cm)) and "Secret" not in kinds(cm)
+    assert {"Certificate", "Issuer"} <= set(kinds(cm))
+    assert [d["metadata"]["name"] for d in cm if d["kind"] == "Secret"] == ["la-llm-autopilot-key"]  # no TLS one
+
+    # the operator's key (calibration samples, status sections): made once by the chart, or the one named
+    key_secret = named(default, "Secret", "la-llm-autopilot-key")
+    assert key_secret["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert len(base64.b64decode(key_secret["data"]["key"])) == 64
+    key_env = {e["name"]: e for e in container["env"]}["LLM_AUTOPILOT_CALIBRATION_KEY"]
+    assert key_env["valueFrom"] == {"secretKeyRef": {"name": "la-llm-autopilot-key", "key": "key"}}
+    own = render(helm, "--set", "operator.calibrationKeySecret.name=mine",
+                 "--set", "operator.calibrationKeySecret.key=k")
+    assert [d["metadata"]["name"] for d in own if d["kind"] == "Secret"] == ["la-llm-autopilot-webhook-tls"]
+    own_env = {e["name"]: e for e in one(own, "Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert own_env["LLM_AUTOPILOT_CALIBRATION_KEY"]["valueFrom"] == {"secretKeyRef": {"name": "mine", "key": "k"}}
     cm_hook = one(cm, "ValidatingWebhookConfiguration")
     assert cm_hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == f"{DRY_NS}/la-llm-autopilot-webhook"
     assert "caBundle" not in cm_hook["webhooks"][0]["clientConfig"]
@@ -558,9 +576,13 @@ def test_ha_peering_hands_over_without_duplicate_writes(chart_cluster: Kubectl, 
     kubectl = chart_cluster
     kubeconfig = sa_kubeconfig(kubectl, namespace, f"{release}-llm-autopilot", tmp_path / "sa.kubeconfig")
     args = ["--peering", f"--namespace={namespace}", f"--peering-lifetime={PEERING_LIFETIME_SECONDS}"]
+    # every replica's key, as the chart's Deployment gives it: the Secret the install made (the status one replica
+    # attested is the others' own)
+    key = base64.b64decode(kubectl.json("secret", f"{release}-llm-autopilot-key", "-n", namespace)["data"]["key"])
 
     def replica(name: str, priority: int) -> Operator:
-        env = operator_env(kubectl, kubeconfig, POD_ID=f"{name}-{uuid.uuid4().hex[:4]}")
+        env = operator_env(kubectl, kubeconfig, POD_ID=f"{name}-{uuid.uuid4().hex[:4]}",
+                           LLM_AUTOPILOT_CALIBRATION_KEY=key.decode())
         return Operator(env, tmp_path / f"{name}.log", [*args, f"--priority={priority}"])
 
     high, low = replica("high", 100), replica("low", 50)

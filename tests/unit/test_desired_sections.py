@@ -17,12 +17,13 @@ from llm_autopilot.desired.patch import merge_patch
 from llm_autopilot.desired.pipeline import desired
 from llm_autopilot.desired.planning import Rendered, context_of, counted_plan, render
 from llm_autopilot.desired.sections import burn_in, cache, lora, plan, remediation, source, verification
-from llm_autopilot.desired.status_read import read_status
+from llm_autopilot.desired.status_read import ATTESTED, STATUS_FORGED, read_status
 from llm_autopilot.desired.vocabulary import Asks, Draft
 from llm_autopilot.desired.world import (
     AdapterReading,
     CacheObservation,
     SourceView,
+    Unresolved,
     WorkloadView,
 )
 from llm_autopilot.planner.verify import Known
@@ -388,7 +389,6 @@ GARBLED = {
     "status.cache garbled": ("cache", {"state": "Exploded"}),
     "status.source garbled": ("source", "s3://elsewhere"),
     "status.verification garbled": ("verification", {"pods": 3}),
-    "status.kvCalibration garbled": ("kvCalibration", ["x"]),
     "status.loraSources garbled": ("loraSources", {"a": 1}),
     "status.lora garbled": ("lora", 1),
     "status.replicas garbled": ("replicas", "three"),
@@ -410,6 +410,41 @@ def test_a_status_field_that_does_not_parse_is_reported_and_decided_again(name: 
     again = desired(QWEN, clean, _ready(QWEN), NOW)
     assert {c["type"]: c["status"] for c in again.conditions}["StatusRead"] == "True"
     assert not any(e[1] == "StatusUnreadable" for e in again.events)
+
+
+def test_a_garbled_pin_is_its_own_readers_chosen_again_and_kept_by_a_failing_pass() -> None:
+    intent = desired(QWEN, {"kvCalibration": ["x"]}, _ready(QWEN), NOW)
+    assert "StatusRead" not in {c["type"] for c in intent.conditions}
+    assert isinstance(intent.status["kvCalibration"], dict)  # chosen again
+    # a pass that stops before the calibration is chosen leaves it as it is, for its reader (not nulled)
+    failing = dataclasses.replace(_ready(QWEN), model=Unresolved("ModelUnresolved", "the Hub is down", retry=True))
+    assert "kvCalibration" not in desired(QWEN, {"kvCalibration": ["x"]}, failing, NOW).status
+
+
+def test_a_section_not_attested_is_set_aside_said_once_and_attested_by_the_write() -> None:
+    first = desired(QWEN, {}, _ready(QWEN), NOW)
+    status = apply_patch({}, first.status)
+    attested = frozenset(k for k in ATTESTED if k in status)
+    assert "kvCalibration" in attested and set(first.attest) == attested
+    # the operator's own status: nothing said, nothing to attest again
+    again = desired(QWEN, status, dataclasses.replace(_ready(QWEN), attested=attested), NOW)
+    assert not any(e.reason == STATUS_FORGED for e in again.events) and not again.attest
+    # a forged pin (another ratio) is set aside: chosen again, said once, attested by the write
+    forged = {**status, "kvCalibration": {**status["kvCalibration"], "ratio": 1.3, "reason": "forged"}}
+    seen = desired(QWEN, forged, dataclasses.replace(_ready(QWEN), attested=attested - {"kvCalibration"}), NOW)
+    assert [e.reason for e in seen.events].count(STATUS_FORGED) == 1
+    assert any("status.kvCalibration: not attested" in n for n in seen.notes)
+    assert seen.attest["kvCalibration"] == status["kvCalibration"]  # chosen as before, without the forged ratio
+    assert apply_patch(forged, seen.status)["kvCalibration"] == status["kvCalibration"]
+    assert seen.objects == first.objects
+
+
+def test_a_forged_section_a_failing_pass_does_not_decide_is_removed_with_its_attestation() -> None:
+    failing = dataclasses.replace(_ready(QWEN), model=Unresolved("ModelUnresolved", "the Hub is down", retry=True),
+                                  attested=frozenset())
+    intent = desired(QWEN, {"burnIn": {"planHash": "p", "pods": []}}, failing, NOW)
+    assert intent.status["burnIn"] is None and intent.attest == {"burnIn": None}
+    assert any(e.reason == STATUS_FORGED for e in intent.events)
 
 
 def test_a_status_that_parses_says_nothing_of_it() -> None:

@@ -65,6 +65,11 @@ app.kubernetes.io/part-of: llm-autopilot
 {{- printf "%s-webhook" (include "llm-autopilot.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The Secret holding the operator's key: operator.calibrationKeySecret, or the one the chart makes. */}}
+{{- define "llm-autopilot.keySecret" -}}
+{{- .Values.operator.calibrationKeySecret.name | default (printf "%s-key" (include "llm-autopilot.fullname" .)) }}
+{{- end }}
+
 {{- define "llm-autopilot.webhookSecret" -}}
 {{- printf "%s-webhook-tls" (include "llm-autopilot.fullname" .) }}
 {{- end }}

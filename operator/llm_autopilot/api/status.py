@@ -407,4 +407,9 @@ class LLMDeploymentStatus(APIModel):
     kv_calibration: KVCalibrationStatus | None = Field(
         None, alias="kvCalibration", description="The KV calibration from earlier deployments this generation "
                                                  "plans with (fixed per spec generation).")
+    attestations: dict[str, str] | None = Field(
+        None, max_length=16,
+        description="The operator's HMAC of each section above it reads back (source, loraSources, cache, "
+                    "verification, kvCalibration, burnIn, lora), made with a key only it holds: a section whose "
+                    "attestation does not verify is ignored and decided again (the StatusForged Event).")
 

@@ -43,6 +43,12 @@ from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings, SaturationRounds
 from llm_autopilot.controller.quiet import OPERATOR_VERSION, QuietMemory, Seen, fingerprint, later, metrics_verdict
 from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.controller.status_attestation import (
+    attestations_patch,
+    status_key,
+    trusted_status,
+    verified_sections,
+)
 from llm_autopilot.desired import lora_sync, planning
 from llm_autopilot.desired.lora_sync import LoRAReading
 from llm_autopilot.desired.pipeline import desired
@@ -202,11 +208,17 @@ class Reconciler:
     def __init__(self, *, name: str, namespace: str, uid: str, generation: int | None, status: dict[str, Any],
                  kube: Cluster, settings: OperatorSettings, gatherer: Gatherer,
                  resource_version: str | None = None, now: datetime | None = None,
-                 calibration: CalibrationBook | None = None, burn_ins: BurnInRuns | None = None) -> None:
+                 calibration: CalibrationBook | None = None, burn_ins: BurnInRuns | None = None,
+                 key: bytes | None = None) -> None:
         self.owner = Owner(name, namespace, uid)
         self.generation = generation
         self.resource_version = resource_version
         self.status = status
+        #: the key the status's sections are attested with, and those of the status read that verify: the
+        #: shell's own reads (status.source, status.loraSources) take only those, desired() sets the others aside
+        self.key = key if key is not None else status_key()
+        self.attested = verified_sections(self.key, uid, status)
+        self.trusted = trusted_status(status, self.attested)
         self.kube = kube
         self.settings = settings
         #: the evidence's pods come from this reconcile's view of the cluster (the operator's watches)
@@ -220,7 +232,7 @@ class Reconciler:
         self.burn_ins = burn_ins
 
     def run(self, spec_body: dict[str, Any]) -> Outcome:
-        world = self.read(spec_body)
+        world = dataclasses.replace(self.read(spec_body), attested=self.attested)
         decided, world = self.settle(spec_body, world)
         if not decided.objects:
             return self.outcome(decided, recorded=())
@@ -229,6 +241,9 @@ class Reconciler:
         def record_first() -> None:  # the dry runs passed: the step and the calibration chosen go first
             first = {key: value for key, value in (("remediation", decided.step), ("kvCalibration", decided.pin))
                      if value is not None}
+            if "kvCalibration" in first:  # the pin goes with its attestation
+                first |= attestations_patch(self.key, self.owner.uid,
+                                            {"kvCalibration": decided.attest.get("kvCalibration")})
             if first:
                 self.record_first(first)
                 recorded.extend(first)
@@ -273,17 +288,17 @@ class Reconciler:
         except ValidationError:
             return base  # desired() says why
         found = inspect_step.observe_spec(self.kube, self.owner, spec, self.settings.operator_image,
-                                          self.status.get("source"))
+                                          self.trusted.get("source"))
         source = (SourceView(found.status, tuple(found.objects), found.failure, found.retry_delay)
                   if found is not None else None)
         if found is not None and found.failure is not None:
             return dataclasses.replace(base, model=Unresolved(*found.failure), source=source)
         adapters = inspect_step.observe_adapters(self.kube, self.owner, spec, self.settings.operator_image,
-                                                 self.status.get("loraSources"))
+                                                 self.trusted.get("loraSources"))
         try:
             world = read_world(spec, self.owner.name, self.owner.namespace, self.kube, self.settings,
                                volume=found.files if found is not None else None,
-                               recorded=inspect_step.recorded_source(self.status.get("source")), adapters=adapters)
+                               recorded=inspect_step.recorded_source(self.trusted.get("source")), adapters=adapters)
         except UnknownGPUError as exc:
             return dataclasses.replace(base, model=Unresolved("UnknownGPU", str(exc)), source=source)
         except VersionError as exc:
@@ -330,6 +345,7 @@ class Reconciler:
         status = dict(decided.status)
         for key in recorded:
             status.pop(key, None)
+        status |= attestations_patch(self.key, self.owner.uid, decided.attest)
         for line in decided.notes:
             logger.warning("%s", line)
         for outcome in decided.plans:
@@ -418,13 +434,14 @@ def reconcile(
     *, name: str, namespace: str, uid: str, generation: int | None, spec_body: dict[str, Any],
     status: dict[str, Any], kube: Cluster, settings: OperatorSettings, gatherer: Gatherer | None = None,
     resource_version: str | None = None, now: datetime | None = None, calibration: CalibrationBook | None = None,
-    burn_ins: BurnInRuns | None = None,
+    burn_ins: BurnInRuns | None = None, key: bytes | None = None,
 ) -> Outcome:
-    """One full reconcile at ``now`` (the clock is the caller's; default: the current second, UTC)."""
+    """One full reconcile at ``now`` (the clock is the caller's; default: the current second, UTC); ``key``
+    attests the status (default: status_attestation.status_key())."""
     return Reconciler(name=name, namespace=namespace, uid=uid, generation=generation, status=status, kube=kube,
                       settings=settings, gatherer=gatherer or gatherer_for(kube, settings),
                       resource_version=resource_version, now=now, calibration=calibration,
-                      burn_ins=burn_ins).run(spec_body)
+                      burn_ins=burn_ins, key=key).run(spec_body)
 
 
 def _settings_digest(settings: OperatorSettings) -> str:

@@ -86,13 +86,15 @@ class Calibrations:
 
     @classmethod
     def of(cls, spec: Mapping[str, Any], status: Mapping[str, Any], store: CalibrationStore | None, now: datetime,
-           unreadable: str | None = None) -> Calibrations:
+           unreadable: str | None = None, *, chosen_again: bool = False) -> Calibrations:
+        """``chosen_again``: the pin read was set aside (not the operator's): chosen as for a new spec, not taken
+        for a spec planned before pins existed."""
         digest = spec_hash(spec)
         raw = status.get("kvCalibration")
         pin = read_pin(raw)
         pinned = ({_choice_key(c): c for c in (*pin.candidates, _as_choice(pin))}
                   if pin is not None and pin.spec_hash == digest else None)
-        planned_before = raw is None and status.get("plan") is not None
+        planned_before = raw is None and status.get("plan") is not None and not chosen_again
         return cls(store, pinned, digest, now, planned_before, unreadable)
 
     @property

@@ -60,8 +60,10 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
     if world.adapters.inspecting is not None:
         return source.waiting_for_source(d, world.adapters.inspecting, world.adapters.objects,
                                          world.adapters.retry_delay)
-    # the pin as read, even malformed: its own reader chooses again rather than take it for a spec planned before
-    calibrations = Calibrations.of(spec_body, d.raw, world.calibration, d.now, world.calibration_unreadable)
+    # the pin as read, even malformed: its own reader chooses again rather than take it for a spec planned before;
+    # one set aside (not the operator's) is chosen again too
+    calibrations = Calibrations.of(spec_body, d.status, world.calibration, d.now, world.calibration_unreadable,
+                                   chosen_again="kvCalibration" in d.forged)
     try:
         ctx = context_of(spec, world, d.settings, calibrations)
     except UnknownGPUError as exc:

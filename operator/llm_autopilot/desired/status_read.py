@@ -1,6 +1,12 @@
 """The status as read, parsed once into an LLMDeploymentStatus: a field that does not parse (a forged or an older
 operator's status) is set aside and named, so the sections decide it again from the spec and the cluster, and
-the object says so (the StatusRead condition) instead of the reconcile failing with a traceback."""
+the object says so (the StatusRead condition) instead of the reconcile failing with a traceback.
+
+The status is a report, not the operator's memory: whoever may write the status subresource may write any of it.
+Each section the operator reads back (ATTESTED) carries the operator's attestation in status.attestations, made
+and checked by the shell with a key only the operator holds (controller/status_attestation.py); the shell hands
+over which sections verify, and one that does not is set aside as if it were absent (decided again: inspected,
+verified, burnt in, chosen again), named once (the StatusForged Event) and removed or re-attested by the write."""
 
 from __future__ import annotations
 
@@ -14,8 +20,14 @@ from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.status import Condition, LLMDeploymentStatus
 
 STATUS_READ = "StatusRead"
-#: read by its own reader, which keeps what it can of it and says what it repaired (remediation/state.py)
-OWN_READER = "remediation"
+#: read by their own readers, which keep what they can of them and say what they repaired (remediation/state.py,
+#: desired/calibration.py: a malformed pin is chosen again, not nulled by a pass that fails before choosing)
+OWN_READERS = frozenset({"remediation", "kvCalibration"})
+#: the sections the operator reads back as what it did or found, each attested (status.attestations); the
+#: remediation state carries its own attestation (remediation/state.py)
+ATTESTED = ("source", "loraSources", "cache", "verification", "kvCalibration", "burnIn", "lora")
+ATTESTATIONS = "attestations"
+STATUS_FORGED = "StatusForged"
 _FIELDS = frozenset(f.alias or name for name, f in LLMDeploymentStatus.model_fields.items())
 
 
@@ -27,13 +39,20 @@ class StatusRead:
     readable: dict[str, Any]
     #: what does not parse, one line each (``status.burnIn.planHash: ...``)
     problems: tuple[str, ...] = ()
+    #: the attested sections set aside: their attestation is not the operator's (``source``, ``burnIn``)
+    forged: tuple[str, ...] = ()
 
 
-def read_status(raw: Mapping[str, Any]) -> StatusRead:
+def read_status(raw: Mapping[str, Any], attested: frozenset[str] | None = None) -> StatusRead:
+    """``attested``: the sections of ATTESTED whose attestation the shell verified (None: not checked, every
+    section is taken as the operator's: a caller that reads no stored status, and the pure tests)."""
     readable: dict[str, Any] = {}
     problems: list[str] = []
+    forged: list[str] = []
     for key, value in raw.items():
-        if key not in _FIELDS or key == OWN_READER:  # a key of another version of the operator is kept as it is
+        if attested is not None and key in ATTESTED and value is not None and key not in attested:
+            forged.append(key)  # not the operator's: as if absent
+        elif key not in _FIELDS or key in OWN_READERS:  # another version's key is kept as it is
             readable[key] = value
         elif key == "conditions" and isinstance(value, list):  # one bad condition does not cost the others
             readable[key] = [c for i, c in enumerate(value) if _parses(Condition, c, f"status.conditions[{i}]",
@@ -41,8 +60,14 @@ def read_status(raw: Mapping[str, Any]) -> StatusRead:
         elif _parses(LLMDeploymentStatus, {key: value}, "status", problems):
             readable[key] = value
     typed = LLMDeploymentStatus.model_validate({k: v for k, v in readable.items()
-                                                if k in _FIELDS and k != OWN_READER})
-    return StatusRead(typed, readable, tuple(problems))
+                                                if k in _FIELDS and k not in OWN_READERS})
+    return StatusRead(typed, readable, tuple(problems), tuple(forged))
+
+
+def forged_message(forged: tuple[str, ...]) -> str:
+    """What the StatusForged Event and the log say of the sections set aside."""
+    return (", ".join(f"status.{key}" for key in forged) + ": not attested by this operator (written by someone "
+            "else, or by an operator without this key): ignored, decided again from the spec and the cluster")
 
 
 def _parses(model: type[Condition] | type[LLMDeploymentStatus], value: Any, root: str, problems: list[str]) -> bool:

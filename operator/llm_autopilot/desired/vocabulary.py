@@ -15,7 +15,14 @@ from llm_autopilot.api.conditions import PLANNED, set_condition
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
 from llm_autopilot.desired.calibration import SampleToRecord
 from llm_autopilot.desired.patch import merge_patch
-from llm_autopilot.desired.status_read import STATUS_READ, read_status, status_read_condition
+from llm_autopilot.desired.status_read import (
+    ATTESTED,
+    STATUS_FORGED,
+    STATUS_READ,
+    forged_message,
+    read_status,
+    status_read_condition,
+)
 from llm_autopilot.desired.world import OperatorDefaults, Target, World
 from llm_autopilot.planner import verify
 from llm_autopilot.planner.config import ServingConfig
@@ -146,6 +153,9 @@ class Intent(Report):
     #: the after-plan features' effects, in order, once the objects are written: each of its feature's own type,
     #: which the shell's executor is found by (controller/features/)
     effects: list[object] = field(default_factory=list)
+    #: the attested sections (status_read.ATTESTED) the shell attests with this write, each whole as decided
+    #: (None: removed, its attestation with it): those that change, and those read without a valid attestation
+    attest: dict[str, Any] = field(default_factory=dict)
     #: the plan chosen for the spec (with the overrides remediation recorded), once the planner found one: also on
     #: an Intent that asks, so the admission webhook has its verdict from the first round, and on one that a later
     #: cause stopped (spec.autoscaling, the source), so the webhook that admits it with a warning still gives the
@@ -168,8 +178,10 @@ class Draft:
         self.generation = world.generation
         #: the status as read; parsed once: what parses (``read``, and as the sections read it: ``status``)
         self.raw = status
-        read = read_status(status)
+        read = read_status(status, world.attested)
         self.read = read.status
+        #: the attested sections set aside as not the operator's
+        self.forged = read.forged
         self.status = read.readable
         #: the status as decided so far: the sections replace or remove whole keys of it
         self.after: dict[str, Any] = dict(read.readable)
@@ -189,6 +201,9 @@ class Draft:
             self.condition(STATUS_READ, *said)
             if not said[0] and before != self.conditions:
                 self.event("Warning", "StatusUnreadable", said[2])
+        if read.forged:  # said once: the write removes them or attests what is decided in their place
+            self.event("Warning", STATUS_FORGED, forged_message(read.forged))
+            self.out.notes.append(f"{self.owner.namespace}/{self.owner.name}: {forged_message(read.forged)}")
 
     @property
     def author(self) -> Author:
@@ -237,4 +252,8 @@ class Draft:
                 self.put("remediation", self.state.to_status())
         self.out.status = merge_patch(self.raw, self.after)
         self.out.conditions = self.conditions
+        attested = self.world.attested
+        self.out.attest = {key: self.after.get(key) for key in ATTESTED
+                           if key in self.out.status or (attested is not None and key in self.after
+                                                         and key not in attested)}
         return self.out

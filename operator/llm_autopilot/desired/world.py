@@ -177,6 +177,9 @@ class World:
     #: then ``calibration_unreadable`` says why)
     calibration: CalibrationStore | None = None
     calibration_unreadable: str | None = None
+    #: the sections of the status read whose attestation is the operator's (desired/status_read.py's ATTESTED;
+    #: the shell checks them with its key). None: not checked, every section taken as the operator's
+    attested: frozenset[str] | None = None
 
     def reading(self, kind: type[Reading]) -> Reading | None:
         """The feature's reading of this type (None: not read)."""
