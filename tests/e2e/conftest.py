@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import pytest
 from hack.dev import cluster_env, operator_running, state_dir
+from hack.localcluster.kubelet import NODE_PREFIX as VLLM_CPU_NODE_PREFIX
 
 from tests.e2e import lanes
 
@@ -402,6 +403,11 @@ def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]
     shared = [(op, op.mark()) for op in Operator.started if op.shared]
     _create_namespace(kubectl, name, session_operator)
     yield name
+    if lanes.WORKER and lanes.lane_of(request.node) != lanes.VLLM_CPU_LANE:
+        nodes = kubectl("get", "pods", "-n", name, "-o", "jsonpath={.items[*].spec.nodeName}", check=False).stdout
+        on_cpu = sorted({n for n in nodes.split() if n.startswith(VLLM_CPU_NODE_PREFIX)})
+        assert not on_cpu, (f"a pod of {request.node.nodeid} ran on {', '.join(on_cpu)}, beside the vllm-cpu lane: "
+                            "a test on the vllm-cpu nodes uses the `real_vllm` fixture (tests/e2e/lanes.py)")
     _delete_namespace(kubectl, name)
     wait_for(f"the pods of namespace {name} to be deleted",
              lambda: not kubectl("get", "pods", "-n", name, "-o", "name", check=False).stdout.strip(),

