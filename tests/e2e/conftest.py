@@ -419,6 +419,40 @@ def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]
                               f"it ({len(seen)} requests, e.g. {seen[0][:300]})")
 
 
+# ---- the Helm chart: helm at its pinned version, and the cluster with every CRD the chart's manifests use ----
+CHART = ROOT / "charts" / "llm-autopilot"
+HELM_PY = ROOT / "hack" / "helm.py"
+#: the release namespace and watched namespaces of the offline renders (created for the dry-runs)
+DRY_NS, DRY_WATCHED = "chart-dry", ("chart-dry-a", "chart-dry-b")
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    out = subprocess.run([sys.executable, str(HELM_PY), "path"], check=True, capture_output=True, text=True)
+    return Path(out.stdout.strip())
+
+
+@pytest.fixture(scope="session")
+def chart_cluster(kubectl: Kubectl) -> Iterator[Kubectl]:
+    """The cluster with every CRD the chart's manifests use, and the dry-run namespaces (deleted afterwards;
+    the CRDs stay, like the cluster)."""
+    out = subprocess.run([sys.executable, str(HELM_PY), "crds", "--print"], check=True, capture_output=True,
+                         text=True)
+    files = [*sorted((CHART / "crds").glob("*.yaml")), *(Path(p) for p in out.stdout.split())]
+    for path in files:
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
+    for crd in ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev", "servicemonitors.monitoring.coreos.com",
+                "podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com",
+                "certificates.cert-manager.io", "issuers.cert-manager.io"):
+        kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+    created = [ns for ns in (DRY_NS, *DRY_WATCHED) if kubectl.maybe("namespace", ns) is None]
+    for ns in created:
+        kubectl("create", "namespace", ns)
+    yield kubectl
+    for ns in created:
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
 # The metrics fixtures (Prometheus, the vLLM simulator) for every end-to-end module; imported last because
 # tests/e2e/metrics.py itself imports from this module.
 from tests.e2e.metrics import prometheus_url, vllm_sim  # noqa: E402, F401

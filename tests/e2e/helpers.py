@@ -1,10 +1,13 @@
 """Helpers shared by the end-to-end modules (which import from here and from conftest, never from each
-other): applying examples and specs, waiting on conditions, reading pods and args, writing crash evidence."""
+other): applying examples and specs, waiting on conditions, reading pods and args, writing crash evidence, running
+helm and the operator with the chart's ServiceAccount."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,7 +16,7 @@ from typing import Any
 import yaml
 from hack.localcluster import kubelet
 
-from tests.e2e.conftest import Kubectl, wait_for
+from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, wait_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 KV_MESSAGE = (
@@ -199,3 +202,52 @@ def volume_with(kubectl: Kubectl, namespace: str, claim: str, files: Mapping[str
             target.write_bytes(content)
         target.chmod(0o644)
     return root
+
+
+# ---- the Helm chart ---------------------------------------------------------------------------------------
+
+#: a namespaceSelector label no namespace has: the chart's in-cluster webhook (unreachable here) selects nothing
+NO_NAMESPACE = "e2e-no-namespace=selected"
+
+
+def run_helm(helm: Path, *args: str, env: dict[str, str] | None = None,
+             check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([str(helm), *args], capture_output=True, text=True, env=env, timeout=120, check=False)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def sa_kubeconfig(kubectl: Kubectl, namespace: str, sa: str, path: Path) -> Path:
+    """A kubeconfig for the API server that authenticates with a token of the chart's ServiceAccount."""
+    token = kubectl("create", "token", sa, "-n", namespace, "--duration=2h").stdout.strip()
+    config = json.loads(kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
+    config["users"] = [{"name": "chart-sa", "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = "chart-sa"
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+def forbidden(log: str) -> list[str]:
+    lines = [line for line in log.splitlines()
+             if re.search(r'" 403 |\(403\)|forbidden|Not enough permissions|Failed to post an event', line, re.I)]
+    return sorted({line[:400] for line in lines})
+
+
+def planned(kubectl: Kubectl, namespace: str, name: str) -> bool:
+    llmd = kubectl.maybe("llmd", name, "-n", namespace) or {}
+    conditions = (llmd.get("status") or {}).get("conditions") or []
+    ok = any(c.get("type") == "Planned" and c.get("status") == "True" for c in conditions)
+    return ok and kubectl.maybe("deployment", name, "-n", namespace) is not None
+
+
+def operator_env(kubectl: Kubectl, kubeconfig: Path, **extra: str) -> dict[str, str]:
+    return {**kubectl.env, "KUBECONFIG": str(kubeconfig), "LLM_AUTOPILOT_RESYNC_SECONDS": str(RESYNC_SECONDS),
+            "HF_ENDPOINT": "http://127.0.0.1:9", "LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS": "1", **extra}

@@ -32,18 +32,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from llm_autopilot.controller.certs import subject_alt_name
-from tests.e2e.conftest import ROOT, Kubectl, Operator, _free_port, listening, wait_for
+from tests.e2e.conftest import CHART, DRY_NS, DRY_WATCHED, ROOT, Kubectl, Operator, _free_port, listening, wait_for
+from tests.e2e.helpers import NO_NAMESPACE, forbidden, one, operator_env, planned, run_helm, sa_kubeconfig
 
 pytestmark = pytest.mark.e2e
 
-CHART = ROOT / "charts" / "llm-autopilot"
-HELM_PY = ROOT / "hack" / "helm.py"
 EXAMPLES = ROOT / "examples"
 RESYNC_SECONDS = 3
-#: a namespaceSelector label no namespace has: the chart's in-cluster webhook (unreachable here) selects nothing
-NO_NAMESPACE = "e2e-no-namespace=selected"
-#: the release namespace and watched namespaces of the offline renders (created for the dry-runs)
-DRY_NS, DRY_WATCHED = "chart-dry", ("chart-dry-a", "chart-dry-b")
 #: documented hand-over bounds (charts/llm-autopilot/README.md, "High availability")
 HANDOVER_GRACEFUL_SECONDS = 15.0  # SIGTERM: the stopping replica deletes its keep-alive at once
 #: the HA test runs with a 20 s peering lifetime (chart: peering.lifetimeSeconds, 60 by default)
@@ -65,6 +60,9 @@ MODES: dict[str, list[str]] = {
     "webhook-cert-manager-issuer": ["--set", "webhook.certManager.enabled=true",
                                     "--set", "webhook.certManager.issuerRef.name=corp-ca",
                                     "--set", "webhook.certManager.issuerRef.kind=ClusterIssuer"],
+    "network-policy": ["--set", "networkPolicy.enabled=true"],
+    "network-policy-no-monitoring": ["--set", "networkPolicy.enabled=true", "--set", "webhook.enabled=false",
+                                     "--set", "networkPolicy.monitoringNamespaceSelector=null"],
     "monitoring": ["--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.vllmPodMonitor.enabled=true",
                    "--set", "monitoring.prometheusRule.enabled=true",
                    "--set", "monitoring.grafanaDashboard.enabled=true"],
@@ -85,6 +83,8 @@ NAMESPACED_RULES: list[Rule] = [
     (("apps",), ("statefulsets",), ("get", "create", "patch")),  # replicas across nodes, one group each
     (("leaderworkerset.x-k8s.io",), ("leaderworkersets",), ("get", "create", "patch")),  # when its CRD exists
     (("keda.sh",), ("scaledobjects",), ("get", "create", "patch")),  # spec.autoscaling
+    # networkPolicy.enabled: one per LLMDeployment; get and delete: one left from before goes once the switch is off
+    (("networking.k8s.io",), ("networkpolicies",), ("get", "create", "patch", "delete")),
     (("",), ("persistentvolumeclaims",), ("get", "create", "patch")),  # spec.model.cache: applied once
     (("batch",), ("jobs",), ("get", "create", "patch")),  # spec.model.cache: the download Job
     (("",), ("pods",), ("list", "watch")),  # crash evidence, from the pod watch
@@ -108,41 +108,6 @@ PEERING_RULE: Rule = (("kopf.dev",), ("kopfpeerings",), ("list", "watch", "patch
 # ----------------------------------------------------------------------------------------------------------
 # fixtures and helpers
 # ----------------------------------------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def helm() -> Path:
-    out = subprocess.run([sys.executable, str(HELM_PY), "path"], check=True, capture_output=True, text=True)
-    return Path(out.stdout.strip())
-
-
-@pytest.fixture(scope="session")
-def chart_cluster(kubectl: Kubectl) -> Iterator[Kubectl]:
-    """The cluster with every CRD the chart's manifests use, and the dry-run namespaces (deleted afterwards;
-    the CRDs stay, like the cluster)."""
-    out = subprocess.run([sys.executable, str(HELM_PY), "crds", "--print"], check=True, capture_output=True,
-                         text=True)
-    files = [*sorted((CHART / "crds").glob("*.yaml")), *(Path(p) for p in out.stdout.split())]
-    for path in files:
-        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(path))
-    for crd in ("clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev", "servicemonitors.monitoring.coreos.com",
-                "podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com",
-                "certificates.cert-manager.io", "issuers.cert-manager.io"):
-        kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
-    created = [ns for ns in (DRY_NS, *DRY_WATCHED) if kubectl.maybe("namespace", ns) is None]
-    for ns in created:
-        kubectl("create", "namespace", ns)
-    yield kubectl
-    for ns in created:
-        kubectl("delete", "namespace", ns, "--wait=false", check=False)
-
-
-def run_helm(helm: Path, *args: str, env: dict[str, str] | None = None,
-             check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([str(helm), *args], capture_output=True, text=True, env=env, timeout=120, check=False)
-    if check and result.returncode != 0:
-        raise AssertionError(f"helm {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
-
-
 def render(helm: Path, *values: str, release: str = "la", namespace: str = DRY_NS) -> list[dict[str, Any]]:
     out = run_helm(helm, "template", release, str(CHART), "--namespace", namespace, *values).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
@@ -160,39 +125,9 @@ def named(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     return one([d for d in docs if d["metadata"]["name"] == name], kind)
 
 
-def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind]
-    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
-    return found[0]
-
-
 def rules_of(obj: dict[str, Any]) -> list[Rule]:
     return [(tuple(r.get("apiGroups", [])), tuple(r.get("resources", [])), tuple(r.get("verbs", [])))
             for r in obj["rules"]]
-
-
-def sa_kubeconfig(kubectl: Kubectl, namespace: str, sa: str, path: Path) -> Path:
-    """A kubeconfig for the API server that authenticates with a token of the chart's ServiceAccount."""
-    token = kubectl("create", "token", sa, "-n", namespace, "--duration=2h").stdout.strip()
-    config = json.loads(kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
-    config["users"] = [{"name": "chart-sa", "user": {"token": token}}]
-    config["contexts"][0]["context"]["user"] = "chart-sa"
-    path.write_text(json.dumps(config))
-    path.chmod(0o600)
-    return path
-
-
-def forbidden(log: str) -> list[str]:
-    lines = [line for line in log.splitlines()
-             if re.search(r'" 403 |\(403\)|forbidden|Not enough permissions|Failed to post an event', line, re.I)]
-    return sorted({line[:400] for line in lines})
-
-
-def planned(kubectl: Kubectl, namespace: str, name: str) -> bool:
-    llmd = kubectl.maybe("llmd", name, "-n", namespace) or {}
-    conditions = (llmd.get("status") or {}).get("conditions") or []
-    ok = any(c.get("type") == "Planned" and c.get("status") == "True" for c in conditions)
-    return ok and kubectl.maybe("deployment", name, "-n", namespace) is not None
 
 
 def example(name: str, new_name: str | None = None) -> str:
@@ -217,11 +152,6 @@ def release(chart_cluster: Kubectl, helm: Path, namespace: str) -> Iterator[str]
              env=chart_cluster.env)
     yield name
     run_helm(helm, "uninstall", name, "--namespace", namespace, env=chart_cluster.env, check=False)
-
-
-def operator_env(kubectl: Kubectl, kubeconfig: Path, **extra: str) -> dict[str, str]:
-    return {**kubectl.env, "KUBECONFIG": str(kubeconfig), "LLM_AUTOPILOT_RESYNC_SECONDS": str(RESYNC_SECONDS),
-            "HF_ENDPOINT": "http://127.0.0.1:9", "LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS": "1", **extra}
 
 
 # ----------------------------------------------------------------------------------------------------------

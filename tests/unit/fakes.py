@@ -73,6 +73,8 @@ class FakeCluster:
     pod_conditions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     llmd: dict[str, Any] | None = None
     conflicts: int = 0
+    #: (kind, name) of the objects deleted
+    deleted: list[tuple[str, str]] = field(default_factory=list)
     #: the operator "dies" (OperatorKilled) right after this many more writes (status patches, object applies)
     die_after_writes: int | None = None
 
@@ -110,6 +112,15 @@ class FakeCluster:
             self.objects[(obj["kind"], obj["metadata"]["name"])] = new
             self._wrote()
         return len(stale)
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str, *, uid: str) -> bool:
+        live = self.objects.get((kind, name))
+        if live is None or str(live["metadata"].get("uid", "")) != uid:
+            return False
+        del self.objects[(kind, name)]
+        self.deleted.append((kind, name))
+        self._wrote()
+        return True
 
     def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
         return copy.deepcopy(self.pod_list)
@@ -250,6 +261,8 @@ class Run:
     generation: int = 1
     #: the burn-in runs (None: none)
     burn_ins: Any = None
+    #: the operator's settings (the chart's switches)
+    settings: OperatorSettings = field(default_factory=OperatorSettings)
 
     def __post_init__(self) -> None:
         self.gatherer = Gatherer(self.cluster, self.prometheus)
@@ -261,7 +274,7 @@ class Run:
         try:
             out = reconcile(name=self.name, namespace=NAMESPACE, uid=self.uid, generation=self.generation,
                             spec_body=self.spec, status=copy.deepcopy(self.status), kube=self.cluster,
-                            settings=OperatorSettings(), gatherer=self.gatherer, calibration=self.calibration,
+                            settings=self.settings, gatherer=self.gatherer, calibration=self.calibration,
                             burn_ins=self.burn_ins)
         finally:
             for patch in self.cluster.status_patches[written:]:

@@ -16,6 +16,7 @@ from llm_autopilot.controller.burn_in_load import run_load
 from llm_autopilot.controller.lora_runtime import ReadyPod, sync_pods
 from llm_autopilot.controller.pod_reads import read_vllm_version
 from llm_autopilot.controller.settings import OperatorSettings, SettingsError
+from llm_autopilot.controller.sources import s3_client
 from llm_autopilot.desired import lora_sync
 from llm_autopilot.domain import egress
 from llm_autopilot.domain.burn_in import BurnInLoad
@@ -310,3 +311,15 @@ def test_the_webhook_judges_a_literal_address_with_the_operators_allowlist(
     if not allowed:
         assert ("spec.lora.s3.endpoint" if lora else "spec.model.s3.endpoint") in verdict.message
         assert "egress.allow" in verdict.message
+
+
+@pytest.mark.parametrize("variable", ["HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy"])
+def test_the_s3_client_does_not_use_a_proxy_from_the_environment(
+        monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    """A proxy would connect to an address the egress check never judged: the operator's S3 client ignores
+    HTTPS_PROXY and its kin (docs/security.md). The spec's endpoint is reached through the checked transport."""
+    monkeypatch.setenv(variable, "http://proxy.example.com:3128")
+    client = s3_client(S3Options(endpoint="https://store.example.com"), lambda *_: "", timeout=1.0)
+    with client:
+        assert not client._http._mounts, f"{variable} mounted a proxy transport"
+        assert isinstance(client._http._transport, CheckedTransport)

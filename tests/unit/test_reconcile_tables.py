@@ -7,13 +7,14 @@ import dataclasses
 
 from llm_autopilot.controller.reconcile import EFFECTS, FEATURE_READERS, READERS, Outcome
 from llm_autopilot.desired.burn_in import BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInStart
+from llm_autopilot.desired.network_policy import DeleteNetworkPolicy
 from llm_autopilot.desired.vocabulary import Asks, Intent, Report
 
 #: read with the ask they go with (the status recorded so far, the Target the evidence is gathered for)
 COMPANIONS = {"known_cache": "cache", "evidence": "workload"}
 #: the after-plan features' asks and effects, each read or executed by its type
 FEATURE_ASKS = {BurnInAsk}
-FEATURE_EFFECTS = {BurnInStart, BurnInKeep, BurnInGateWrite}
+FEATURE_EFFECTS = {BurnInStart, BurnInKeep, BurnInGateWrite, DeleteNetworkPolicy}
 
 
 def test_every_ask_has_a_reader() -> None:

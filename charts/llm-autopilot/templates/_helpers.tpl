@@ -127,6 +127,10 @@ agree. Reused from the live Secret on upgrades (lookup), so `helm upgrade` never
 - apiGroups: [keda.sh]
   resources: [scaledobjects]
   verbs: [get, create, patch]
+# each LLMDeployment's NetworkPolicy (networkPolicy.enabled); read and deleted once the switch is off again
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [get, create, patch]
@@ -173,4 +177,23 @@ webhook, SubjectAccessReviews: it asks whether the requesting user may read the 
   resources: [subjectaccessreviews]
   verbs: [create]
 {{- end }}
+{{- end }}
+
+{{/*
+The NetworkPolicy peers (networkPolicy.enabled): the monitoring peer (Prometheus), empty when
+monitoringNamespaceSelector is null; the operator's own pods (its namespace and selector labels), which every
+model's policy admits on vLLM's port (verification, burn-in, runtime LoRA updates).
+*/}}
+{{- define "llm-autopilot.monitoringPeer" -}}
+{{- with .Values.networkPolicy }}
+{{- if not (kindIs "invalid" .monitoringNamespaceSelector) }}
+{{- dict "namespaceSelector" .monitoringNamespaceSelector "podSelector" (.monitoringPodSelector | default dict) | toJson }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "llm-autopilot.operatorPeer" -}}
+{{- $ns := dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace) }}
+{{- $pods := dict "matchLabels" (include "llm-autopilot.selectorLabels" . | fromYaml) }}
+{{- dict "namespaceSelector" $ns "podSelector" $pods | toJson }}
 {{- end }}

@@ -12,6 +12,7 @@ from llm_autopilot.api.fields import (
     APIModel,
     ConfigKey,
     EnvVarName,
+    LabelKey,
     LabelValue,
     ObjectName,
     Quantity,
@@ -218,3 +219,47 @@ class ContainerResources(APIModel):
                               "a request must not exceed its limit")
         return self
 
+
+
+class LabelSelectorRequirement(APIModel):
+    """One matchExpressions entry of a meta/v1 LabelSelector, with the API server's rules (ValidateLabelSelector)."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)",
+         "message": "values must be set for In and NotIn, and empty for Exists and DoesNotExist"},
+    ]})
+
+    key: LabelKey = Field(max_length=rules.LABEL_KEY_MAX, json_schema_extra=schema_pattern(rules.LABEL_KEY),
+                          description="The label key the requirement applies to.")
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(
+        description="`In`, `NotIn`, `Exists` or `DoesNotExist`.")
+    values: list[LabelValue] | None = Field(
+        None, max_length=4, description="Label values; set for In and NotIn, empty for Exists and DoesNotExist.")
+
+    @model_validator(mode="after")
+    def _values_fit_the_operator(self) -> LabelSelectorRequirement:
+        listed = bool(self.values)
+        if self.operator in ("In", "NotIn") and not listed:
+            raise invalid(f"operator {self.operator} needs values: the label values to match")
+        if self.operator in ("Exists", "DoesNotExist") and listed:
+            raise invalid(f"operator {self.operator} takes no values: remove them")
+        return self
+
+
+class LabelSelector(APIModel):
+    """A meta/v1 LabelSelector, copied into a NetworkPolicy as written. An empty selector matches everything."""
+
+    match_labels: dict[LabelKey, LabelValue] | None = Field(
+        None, max_length=4, description="Labels that must all be present with these values.",
+        json_schema_extra={"x-kubernetes-validations": [{
+            "rule": f"self.all(k, size(k) <= {rules.LABEL_KEY_MAX} && k.matches(r'{rules.LABEL_KEY}'))",
+            "message": "matchLabels keys must be label keys: an optional DNS-subdomain prefix and '/', "
+                       "then letters, digits, '-', '_' or '.'",
+        }]},
+    )
+    match_expressions: list[LabelSelectorRequirement] | None = Field(
+        None, max_length=2, description="Requirements that must all hold.")
+
+    def to_kubernetes(self) -> dict[str, Any]:
+        """The selector as a NetworkPolicy takes it (camelCase, unset fields left out)."""
+        return self.model_dump(by_alias=True, exclude_none=True)

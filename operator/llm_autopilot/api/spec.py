@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field, PlainValidator, WithJsonSchema, field_va
 from pydantic.alias_generators import to_camel
 
 from llm_autopilot.api import kubernetes_rules as rules
-from llm_autopilot.api.core_types import ContainerResources, EnvVar, SecretKeyRef, Toleration
+from llm_autopilot.api.core_types import ContainerResources, EnvVar, LabelSelector, SecretKeyRef, Toleration
 from llm_autopilot.api.fields import (
     DURATION_MAX_SECONDS,
     QUERY_WINDOW_MAX_SECONDS,
@@ -606,6 +606,56 @@ class VerificationSpec(APIModel):
                     f"Default {VERIFICATION_TOLERANCE_PERCENT:g} (the plan's own minimum headroom).")
 
 
+#: most client entries one LLMDeployment's NetworkPolicy lists. The bounds here and on api/core_types.LabelSelector
+#: are small because every size of the spec is bounded (tests/unit/test_owned_input.py) and label keys are long
+#: (317 characters): a namespace label or a pod label usually names a client in one entry
+ALLOWED_CLIENTS_MAX = 4
+
+
+class NetworkPeer(APIModel):
+    """Pods allowed to reach vLLM's port: a NetworkPolicy ``from`` entry (NetworkPolicyPeer), written as the API
+    server reads one."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": "has(self.namespaceSelector) || has(self.podSelector)",
+        "message": "name a namespaceSelector, a podSelector or both; for every pod of the cluster write "
+                   "namespaceSelector: {}",
+    }]})
+
+    namespace_selector: LabelSelector | None = Field(
+        None, description="Namespaces whose pods may connect (`{}`: every namespace). Alone: every pod there.")
+    pod_selector: LabelSelector | None = Field(
+        None, description="Pods that may connect: in the LLMDeployment's namespace, or with namespaceSelector in "
+        "the namespaces it selects (`{}`: every pod).")
+
+    @model_validator(mode="after")
+    def _names_someone(self) -> NetworkPeer:
+        if self.namespace_selector is None and self.pod_selector is None:
+            raise invalid("name a namespaceSelector, a podSelector or both; for every pod of the cluster write "
+                          "namespaceSelector: {}")
+        return self
+
+    def to_kubernetes(self) -> dict[str, Any]:
+        """The NetworkPolicyPeer as the API server takes it."""
+        peer: dict[str, Any] = {}
+        if self.namespace_selector is not None:
+            peer["namespaceSelector"] = self.namespace_selector.to_kubernetes()
+        if self.pod_selector is not None:
+            peer["podSelector"] = self.pod_selector.to_kubernetes()
+        return peer
+
+
+class NetworkAccess(APIModel):
+    """Who may reach the model's vLLM when the operator renders NetworkPolicies (the Helm value
+    `networkPolicy.enabled`; without it this section is accepted and has no effect)."""
+
+    allowed_clients: list[NetworkPeer] | None = Field(
+        None, max_length=ALLOWED_CLIENTS_MAX,
+        description="Pods that may call vLLM's port, each a NetworkPolicy `from` entry. Unset: the pods of the "
+        "LLMDeployment's own namespace. `[]`: no client (only Prometheus and the operator). Prometheus, the "
+        "operator and the model's own pods are always allowed.")
+
+
 class LLMDeploymentSpec(APIModel):
     model: ModelSource = Field(description="The model to serve.")
     gpu: GPUSelector = Field(default_factory=GPUSelector, description="GPUs the deployment may use.")
@@ -626,6 +676,9 @@ class LLMDeploymentSpec(APIModel):
     remediation: RemediationPolicy = Field(
         default_factory=RemediationPolicy, description="How the operator reacts to OOM and KV saturation."
     )
+    network: NetworkAccess | None = Field(
+        None, description="Who may reach vLLM when the operator renders a NetworkPolicy for the model (Helm value "
+        "`networkPolicy.enabled`).")
 
     @model_validator(mode="before")
     @classmethod

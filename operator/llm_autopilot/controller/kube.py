@@ -13,7 +13,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError
+from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
 from llm_autopilot.api import GROUP, PLURAL, VERSION
 from llm_autopilot.render.kubernetes import GPU_RESOURCE, INPUT_HASH, MANAGER, quantity_gib
@@ -109,6 +109,17 @@ class Kube:
             return None
         result: dict[str, Any] = obj.to_dict()
         return result
+
+    def delete(self, api_version: str, kind: str, name: str, namespace: str, *, uid: str) -> bool:
+        """Delete the object if it still is the one with this uid (a precondition: one made again meanwhile is
+        left alone); False when it was gone or replaced."""
+        resource = self.dynamic.resources.get(api_version=api_version, kind=kind)
+        try:
+            resource.delete(name=name, namespace=namespace, body={"preconditions": {"uid": uid}})
+        except (NotFoundError, ConflictError):
+            return False
+        self.writes += 1
+        return True
 
     def stale(self, obj: dict[str, Any]) -> bool:
         """Whether the live object lacks this input hash (so it must be written)."""

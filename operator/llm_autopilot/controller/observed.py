@@ -323,6 +323,10 @@ class WatchedCluster:
     def previous_log(self, namespace: str, pod: str, container: str, *, tail_lines: int, limit_bytes: int) -> str:
         return self.kube.previous_log(namespace, pod, container, tail_lines=tail_lines, limit_bytes=limit_bytes)
 
+    def delete(self, api_version: str, kind: str, name: str, namespace: str, *, uid: str) -> bool:
+        self._written.add((kind, namespace, name))
+        return self.kube.delete(api_version, kind, name, namespace, uid=uid)
+
     def secret_value(self, namespace: str, name: str, key: str) -> str | None:
         return self.kube.secret_value(namespace, name, key)
 

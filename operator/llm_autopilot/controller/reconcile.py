@@ -133,6 +133,10 @@ class Cluster(PodSource, Protocol):
         """Write one condition of a pod's status (strategic merge by type: the kubelet's stay)."""
         ...
 
+    def delete(self, api_version: str, kind: str, name: str, namespace: str, *, uid: str) -> bool:
+        """Delete the object if it still is the one with this uid; False when it was gone or replaced."""
+        ...
+
 
 @dataclass
 class Outcome(Report):

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from llm_autopilot.api.errors import validation_message
+from llm_autopilot.api.v1alpha1 import NetworkPeer
 from llm_autopilot.domain.egress import ALLOW_ENV, Allowlist, AllowlistError, parse_allowlist
+from llm_autopilot.render.network_policy import NetworkPolicySettings
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
+
+#: the chart's networkPolicy switch, and the two peers every model's NetworkPolicy admits (JSON NetworkPolicyPeers)
+NETWORK_POLICY_ENV = "LLM_AUTOPILOT_NETWORK_POLICY"
+NETWORK_POLICY_OPERATOR_ENV = "LLM_AUTOPILOT_NETWORK_POLICY_OPERATOR"
+NETWORK_POLICY_MONITORING_ENV = "LLM_AUTOPILOT_NETWORK_POLICY_MONITORING"
 
 
 class SettingsError(ValueError):
@@ -39,6 +50,37 @@ def _tls(value: str) -> bool | str:
     if lowered in ("true", "1", "yes", "on", ""):
         return True
     return value  # a CA bundle path
+
+
+def _switch(env: dict[str, str], key: str) -> bool:
+    raw = env.get(key, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise SettingsError(f"{key}={env[key]!r}: must be true or false")
+
+
+def _peer(env: dict[str, str], key: str) -> NetworkPeer | None:
+    raw = env.get(key, "").strip()
+    if not raw:
+        return None
+    try:
+        return NetworkPeer.model_validate(json.loads(raw))
+    except json.JSONDecodeError as exc:
+        raise SettingsError(f"{key}: not JSON ({exc.msg}); it takes a NetworkPolicy peer, e.g. "
+                            '{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}'
+                            ) from None
+    except ValidationError as exc:
+        raise SettingsError(validation_message(exc, root=key)) from None
+
+
+def _network_policy(env: dict[str, str]) -> NetworkPolicySettings | None:
+    """The chart's networkPolicy switch (off: None, and the peers are not read)."""
+    if not _switch(env, NETWORK_POLICY_ENV):
+        return None
+    return NetworkPolicySettings(operator=_peer(env, NETWORK_POLICY_OPERATOR_ENV),
+                                 monitoring=_peer(env, NETWORK_POLICY_MONITORING_ENV))
 
 
 def _allowlist(value: str) -> Allowlist:
@@ -104,6 +146,9 @@ class OperatorSettings:
     #: private and cluster addresses (and hosts) the operator's own clients may reach, e.g. an in-cluster S3
     #: store (domain/egress.py; storage/egress_http.py reads the same variable where it connects)
     egress_allow: Allowlist = field(default_factory=Allowlist)
+    #: the chart's networkPolicy switch: on, one NetworkPolicy per LLMDeployment admitting its clients, Prometheus
+    #: and the operator (render/network_policy.py); None: none rendered, and one left from before deleted
+    network_policy: NetworkPolicySettings | None = None
 
     @property
     def prometheus_round_seconds(self) -> float:
@@ -154,6 +199,7 @@ class OperatorSettings:
             calibration_read_seconds=_number(e, "LLM_AUTOPILOT_CALIBRATION_READ_SECONDS",
                                              defaults.calibration_read_seconds, minimum=1),
             egress_allow=_allowlist(e.get(ALLOW_ENV, "")),
+            network_policy=_network_policy(e),
         )
 
 

@@ -20,7 +20,7 @@ from llm_autopilot.desired.world import AdapterReading, GPUNode, SourceView, Wor
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError
-from llm_autopilot.render import groups
+from llm_autopilot.render import groups, network_policy
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.workload import Live
 
@@ -93,14 +93,17 @@ def read_model_source(spec: LLMDeploymentSpec, namespace: str, kube: WorldSource
         timeout=settings.hub_timeout_seconds, volume=volume, recorded=recorded)
 
 
-def read_live(kube: WorldSource, name: str, namespace: str, lws_available: bool) -> Live:
-    """The shapes that exist: one GET each (a LeaderWorkerSet only where its CRD is installed)."""
+def read_live(kube: WorldSource, name: str, namespace: str, lws_available: bool,
+              policy_left: bool = False) -> Live:
+    """The shapes that exist: one GET each (a LeaderWorkerSet only where its CRD is installed); with
+    ``policy_left`` (the operator renders no NetworkPolicy), whether one of the object's name is still there."""
     found: list[int] = []
     while kube.get("apps/v1", "StatefulSet", groups.group_name(name, len(found)), namespace) is not None:
         found.append(len(found))
     lws = lws_available and kube.get(groups.LWS_API_VERSION, "LeaderWorkerSet", name, namespace) is not None
+    policy = policy_left and kube.get(network_policy.API_VERSION, network_policy.KIND, name, namespace) is not None
     return Live(lws_available=lws_available, deployment=kube.get("apps/v1", "Deployment", name, namespace) is not None,
-                leader_worker_set=lws, groups=tuple(found))
+                leader_worker_set=lws, groups=tuple(found), network_policy=policy)
 
 
 def read_nodes(kube: WorldSource) -> tuple[GPUNode, ...]:
@@ -131,6 +134,7 @@ def read_world(spec: LLMDeploymentSpec, name: str, namespace: str, kube: WorldSo
     (model, reading), nodes = read_model_source(spec, namespace, kube, settings, volume, recorded), read_nodes(kube)
     asked = (groups.LWS_CRD, *((KEDA_CRD,) if spec.autoscaling is not None else ()))
     crds = frozenset(c for c in asked if crd_installed(kube, c))
-    return World(model, nodes, crds, read_live(kube, name, namespace, groups.LWS_CRD in crds),
+    live = read_live(kube, name, namespace, groups.LWS_CRD in crds, policy_left=settings.network_policy is None)
+    return World(model, nodes, crds, live,
                  adapters=read_adapters(spec, namespace, kube, settings, adapters),
                  source=SourceView(reading) if reading is not None else None)

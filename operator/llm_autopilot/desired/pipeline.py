@@ -27,7 +27,16 @@ from llm_autopilot.catalog.gpus import UnknownGPUError
 from llm_autopilot.desired.calibration import Calibrations
 from llm_autopilot.desired.planning import context_of, counted_plan, render, workload_ask
 from llm_autopilot.desired.refusals import autoscaling_problem, spec_refusal
-from llm_autopilot.desired.sections import burn_in, cache, lora, plan, remediation, source, verification
+from llm_autopilot.desired.sections import (
+    burn_in,
+    cache,
+    lora,
+    network_policy,
+    plan,
+    remediation,
+    source,
+    verification,
+)
 from llm_autopilot.desired.vocabulary import MESSAGE_LIMIT, Asks, Draft, Intent
 from llm_autopilot.desired.world import Unresolved, World
 from llm_autopilot.planner.plan import Infeasible, Plan
@@ -110,6 +119,7 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
         # server refuses is not taken, nor reported
         return d.fail("ApplyRejected", clean_line(world.applied.rejected, MESSAGE_LIMIT))
     d.out.objects = cache_objects + final.objects
+    network_policy.report_network_policy(d)  # a policy left from before, once the switch is off
     d.out.step = decision.state.attested(d.author).to_status() if decision.changed else None
     d.out.after = workload_ask(d.owner, final)
     remediation.record(d, decision, final)

@@ -152,7 +152,7 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
                             host_memory_gib=host, prometheus_address=prometheus)
     inputs = dataclasses.replace(inputs, surge=rollout.can_surge(plan.config, choice.pool, inputs.replica_count),
                                  cache_claim=ctx.cache_claim, held=not ctx.cache_complete, lora_runtime=lora_runtime)
-    workload = children(inputs, live or Live())
+    workload = children(inputs, live or Live(), settings.network_policy)
     return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape,
                     choice.pool)
 

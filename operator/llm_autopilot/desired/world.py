@@ -17,6 +17,7 @@ from llm_autopilot.planner.verify import PodReading
 from llm_autopilot.remediation.decide import Evidence
 from llm_autopilot.render.cache import CacheInputs
 from llm_autopilot.render.kubernetes import Owner
+from llm_autopilot.render.network_policy import NetworkPolicySettings
 from llm_autopilot.render.workload import Live
 
 #: a feature's reading (World.readings)
@@ -43,6 +44,11 @@ class OperatorDefaults(Protocol):
 
     @property
     def full_check_seconds(self) -> float: ...
+
+    @property
+    def network_policy(self) -> NetworkPolicySettings | None:
+        """The chart's networkPolicy switch: on, what every model's NetworkPolicy admits; None: off."""
+        ...
 
 
 @dataclass(frozen=True)

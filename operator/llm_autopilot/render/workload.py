@@ -1,9 +1,13 @@
 """Which objects serve a plan: a Deployment, or groups across nodes (StatefulSets or a LeaderWorkerSet), the
-clients' Service, the PodDisruptionBudget and KEDA's ScaledObject. Pure.
+clients' Service, the PodDisruptionBudget, KEDA's ScaledObject and, when the operator renders them, the
+NetworkPolicy. Pure.
 
 The operator deletes nothing (owner references garbage-collect everything with the LLMDeployment), so a shape a
 plan no longer uses -- the Deployment after a switch to groups, groups beyond the replica count after a scale-in,
-StatefulSets after the LeaderWorkerSet CRD appeared -- is kept at zero pods, and taken up again when needed.
+StatefulSets after the LeaderWorkerSet CRD appeared -- is kept at zero pods, and taken up again when needed. The
+one exception is a NetworkPolicy left from when the operator rendered them (``Live.network_policy``): the
+reconcile deletes it (desired/sections/network_policy.py), since a policy no longer rendered would go on cutting
+clients.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from llm_autopilot.render.kubernetes import (
     service,
     with_hash,
 )
+from llm_autopilot.render.network_policy import NetworkPolicySettings, network_policy
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class Live:
     leader_worker_set: bool = False
     #: indexes of the replica groups' StatefulSets that exist
     groups: tuple[int, ...] = ()
+    #: a NetworkPolicy of the object's name exists (read only while the operator renders none)
+    network_policy: bool = False
 
 
 def _parked_deployment(inputs: WorkloadInputs) -> dict[str, Any]:
@@ -62,8 +69,9 @@ class Workload:
     shape: Shape
 
 
-def children(inputs: WorkloadInputs, live: Live) -> Workload:
-    """The objects that serve this plan, with unused shapes at zero pods."""
+def children(inputs: WorkloadInputs, live: Live, network: NetworkPolicySettings | None = None) -> Workload:
+    """The objects that serve this plan, with unused shapes at zero pods; with ``network`` (the chart's
+    networkPolicy switch on), the NetworkPolicy over its pods."""
     owner, config = inputs.owner, inputs.plan.config
     objects: list[dict[str, Any]]
     parked: list[dict[str, Any]] = []
@@ -92,4 +100,6 @@ def children(inputs: WorkloadInputs, live: Live) -> Workload:
     policy = inputs.spec.autoscaling
     if policy is not None and inputs.prometheus_address:
         objects.append(scaled_object(owner, policy, inputs.prometheus_address))
+    if network is not None:
+        objects.append(network_policy(owner, inputs.spec, network))
     return Workload(objects + parked, serving, shape)
