@@ -7,9 +7,11 @@ from SeaweedFS's access log (``LLM_AUTOPILOT_S3_ACCESS_LOG``), never from the cl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -116,3 +118,13 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@contextlib.contextmanager
+def fresh_bucket(env: dict[str, str], purpose: str) -> Iterator[Store]:
+    """A bucket of its own for one test (``e2e-<purpose>-<hex>``), removed with everything in it afterwards."""
+    store = Store(env, bucket=f"e2e-{purpose}-{uuid.uuid4().hex[:8]}").create()
+    try:
+        yield store
+    finally:
+        store.remove()

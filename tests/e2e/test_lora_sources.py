@@ -23,7 +23,6 @@ import json
 import sys
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from hack.localcluster import vllm_cpu
 
 from tests.e2e.conftest import Kubectl, wait_for
 from tests.e2e.helpers import volume_with
-from tests.e2e.model_store import MODEL, PREFIX, Store, model_files
+from tests.e2e.model_store import MODEL, PREFIX, Store, fresh_bucket, model_files
 from tests.e2e.real_vllm import (
     STAND_IN,
     STAND_IN_START_SECONDS,
@@ -58,11 +57,8 @@ PROMPT = "The operator plans vLLM settings"
 
 @pytest.fixture(name="store")
 def store_fixture(kubectl: Kubectl) -> Iterator[Store]:
-    store = Store(kubectl.env, bucket=f"e2e-lora-{uuid.uuid4().hex[:8]}").create()
-    try:
+    with fresh_bucket(kubectl.env, "lora") as store:
         yield store
-    finally:
-        store.remove()
 
 
 def completion(pod: dict[str, Any], model: str) -> dict[str, Any]:

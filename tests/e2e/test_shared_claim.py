@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.e2e.conftest import Kubectl, wait_for
-from tests.e2e.model_store import Store, model_files
+from tests.e2e.model_store import Store, fresh_bucket, model_files
 from tests.e2e.real_vllm import (
     STAND_IN,
     STAND_IN_START_SECONDS,
@@ -52,11 +51,8 @@ PROMPT = "The operator plans vLLM settings"
 
 @pytest.fixture(name="store")
 def store_fixture(kubectl: Kubectl) -> Iterator[Store]:
-    store = Store(kubectl.env, bucket=f"e2e-shared-{uuid.uuid4().hex[:8]}").create()
-    try:
+    with fresh_bucket(kubectl.env, "shared") as store:
         yield store
-    finally:
-        store.remove()
 
 
 def deployment_of(name: str, model: str, store: Store, scheme: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from llm_autopilot.api.fields import (
     Quantity,
     TolerationKey,
     invalid,
+    label_keys_rule,
     schema_pattern,
 )
 from llm_autopilot.api.serve_flags import (
@@ -251,11 +252,7 @@ class LabelSelector(APIModel):
 
     match_labels: dict[LabelKey, LabelValue] | None = Field(
         None, max_length=4, description="Labels that must all be present with these values.",
-        json_schema_extra={"x-kubernetes-validations": [{
-            "rule": f"self.all(k, size(k) <= {rules.LABEL_KEY_MAX} && k.matches(r'{rules.LABEL_KEY}'))",
-            "message": "matchLabels keys must be label keys: an optional DNS-subdomain prefix and '/', "
-                       "then letters, digits, '-', '_' or '.'",
-        }]},
+        json_schema_extra=label_keys_rule("matchLabels"),
     )
     match_expressions: list[LabelSelectorRequirement] | None = Field(
         None, max_length=2, description="Requirements that must all hold.")

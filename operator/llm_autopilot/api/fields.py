@@ -68,6 +68,15 @@ _HUB_ID = r"^(hf://)?[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9_.-]+$"
 _HUB_ID_RE = re.compile(_HUB_ID)
 
 
+def label_keys_rule(field: str) -> dict[str, Any]:
+    """The CEL rule a map of labels (nodeSelector, a selector's matchLabels) puts on its keys, naming ``field``."""
+    return {"x-kubernetes-validations": [{
+        "rule": f"self.all(k, size(k) <= {rules.LABEL_KEY_MAX} && k.matches(r'{rules.LABEL_KEY}'))",
+        "message": f"{field} keys must be label keys: an optional DNS-subdomain prefix and '/', "
+                   "then letters, digits, '-', '_' or '.'",
+    }]}
+
+
 def _hub_id_problem(value: str) -> str | None:
     # huggingface_hub's validate_repo_id: no '--' or '..', name parts start and end with a letter, digit or '_'
     org, _, name = value.removeprefix("hf://").partition("/")

@@ -33,6 +33,7 @@ from llm_autopilot.api.fields import (
     Quantity,
     checked,
     invalid,
+    label_keys_rule,
 )
 from llm_autopilot.api.serve_flags import PASSED_FLAGS, extra_args_problems
 from llm_autopilot.api.sources import (
@@ -254,11 +255,7 @@ class GPUSelector(APIModel):
     max_gpus: int = Field(8, alias="maxGPUs", ge=1, le=64, description="Most GPUs one replica may use. Default 8.")
     node_selector: dict[LabelKey, LabelValue] | None = Field(
         None, max_length=32, description="Extra node labels the pods must match.",
-        json_schema_extra={"x-kubernetes-validations": [{
-            "rule": f"self.all(k, size(k) <= {rules.LABEL_KEY_MAX} && k.matches(r'{rules.LABEL_KEY}'))",
-            "message": "nodeSelector keys must be label keys: an optional DNS-subdomain prefix and '/', "
-                       "then letters, digits, '-', '_' or '.'",
-        }]},
+        json_schema_extra=label_keys_rule("nodeSelector"),
     )
     tolerations: list[Toleration] | None = Field(
         None, max_length=32, description="Tolerations added to the vLLM pods.")
