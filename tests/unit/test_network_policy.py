@@ -93,6 +93,18 @@ def test_a_policy_left_from_before_is_deleted_once_the_switch_is_off() -> None:
     assert run.cluster.deleted == [("NetworkPolicy", "x")]
 
 
+def test_a_policy_left_from_before_is_deleted_even_when_the_model_cannot_be_planned_now() -> None:
+    # the policy's deletion does not wait for a plan: a policy no longer rendered cuts clients whatever the plan
+    run = Run(MODEL, settings=OperatorSettings(network_policy=ON))
+    run.once()
+    assert ("NetworkPolicy", "x") in run.cluster.objects
+    run.settings = OperatorSettings()
+    run.spec = {**MODEL, "gpu": {"product": "nvidia-made-up-gpu"}}
+    run.once()
+    assert [c["reason"] for c in run.status["conditions"] if c["type"] == "Planned"] == ["UnknownGPU"]
+    assert run.cluster.deleted == [("NetworkPolicy", "x")]
+
+
 def test_a_policy_of_the_same_name_the_object_does_not_own_is_left_alone() -> None:
     run = Run(MODEL)
     theirs = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",

@@ -58,6 +58,9 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
         spec = LLMDeploymentSpec.model_validate(spec_body)
     except ValidationError as exc:
         return d.fail("InvalidSpec", validation_message(exc))
+    # a policy left from before, once the switch is off: deleted whatever this pass decides (a failing plan
+    # included), since a policy no longer rendered goes on cutting clients; a failing pass keeps its effects
+    network_policy.report_network_policy(d)
     if world.source is not None and world.source.failure is not None:
         return source.inspecting(d, world.source)
     source.report_source(d, world.source)
@@ -119,7 +122,6 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
         # server refuses is not taken, nor reported
         return d.fail("ApplyRejected", clean_line(world.applied.rejected, MESSAGE_LIMIT))
     d.out.objects = cache_objects + final.objects
-    network_policy.report_network_policy(d)  # a policy left from before, once the switch is off
     d.out.step = decision.state.attested(d.author).to_status() if decision.changed else None
     d.out.after = workload_ask(d.owner, final)
     remediation.record(d, decision, final)
