@@ -1,9 +1,9 @@
-"""The status is a report, not the operator's memory (issue #28 item 2), on the local cluster: a user who may write
-the status subresource forges what the operator reads back -- the KV calibration a spec plans with, a pod's burn-in
-verdict, what an s3:// source's objects hold, what a pvc:// source's inspect Job read -- and nothing moves: not the
-plan, not the Deployment, not the pod's readiness gate. The operator says it once, as a StatusForged Event (and in
-its log), and decides the section again. Each test fails on the operator before status.attestations (the move
-itself: "moved the Deployment", "moved the pod's gate", "was deployed").
+"""The status is a report, not the operator's memory (issue #28 item 2), on the local cluster: a user who may write the
+status subresource forges what the operator reads back -- remediation's rungs, the KV calibration a spec plans with,
+a pod's burn-in verdict, what an s3:// source's objects hold, what a pvc:// source's inspect Job read -- and nothing
+moves: not the plan, not the Deployment, not the pod's readiness gate. The operator says it once, as a StatusForged
+Event (and in its log), and decides the section again. Each test fails on the operator before status.attestations
+(the move itself: "moved the Deployment", "moved the pod's gate", "was deployed").
 
 No real vLLM: the pin on the KWOK L4 pool (the model from the catalog), the burn-in and the sources on the vLLM
 stand-in (hack/vllm_standin.py) of the vllm-cpu pool.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
+from llm_autopilot.remediation.state import attestation as step_attestation
 from tests.e2e.conftest import ROOT, Kubectl, Operator, wait_for
 from tests.e2e.model_store import PREFIX, Store, model_files
 from tests.e2e.real_vllm import (
@@ -118,6 +120,44 @@ def test_a_forged_calibration_moves_no_plan(kubectl: Kubectl, namespace: str, tm
         assert "not attested by this operator" in op.log.read_text()
     finally:
         op.stop()
+
+
+# ---- status.remediation: the rungs the plan is rendered with --------------------------------------------------
+
+def test_a_forged_remediation_step_moves_no_plan(kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
+    """The rungs chained with remediation's own step digest, which anyone can compute (it is not keyed): before
+    status.attestations covered status.remediation, the operator applied them."""
+    settings = {"LLM_AUTOPILOT_RESYNC_SECONDS": "2", "HF_ENDPOINT": "http://127.0.0.1:9",
+                "LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS": "1", "LLM_AUTOPILOT_CALIBRATION_NAMESPACE": "off",
+                "LLM_AUTOPILOT_CALIBRATION_KEY": os.urandom(32).hex()}
+    op = Operator({**kubectl.env, **settings}, tmp_path / "operator.log",
+                  ["--standalone", f"--namespace={namespace}"]).start()
+    try:
+        kubectl("apply", "-n", namespace, "-f", "-", input=qwen("stepped"))
+        wait_for("the Deployment", lambda: kubectl.maybe("deployment", "stepped", "-n", namespace), timeout=90)
+        obj = llmd(kubectl, namespace, "stepped")
+        args, plan = container_args(kubectl, namespace, "stepped"), obj["status"]["plan"]
+        assert arg_value(args, "--gpu-memory-utilization") != "0.8", args
+        step = {"gpuMemoryUtilization": 0.8}
+        generation = int(obj["metadata"]["generation"])
+        digest = step_attestation(obj["metadata"]["uid"], generation, step, "")
+        forge(kubectl, namespace, "stepped", {"remediation": {
+            "rung": 1, "state": "Step", "applied": [{**step, "generation": generation, "attestation": digest}]}})
+        unmoved(kubectl, namespace, "stepped", args, plan)
+        said = wait_for("an UnattributedRemediation Event", lambda: [
+            e["message"] for e in kubectl.json("events", "-n", namespace, "--field-selector",
+                                               "involvedObject.name=stepped,reason=UnattributedRemediation")["items"]
+        ] or None, timeout=60)
+        assert "the workload does not run its plan" in said[0], said
+        kept = status_of(kubectl, namespace, "stepped")["remediation"]
+        assert kept.get("applied") == [] and kept.get("rung") == 0, kept
+        assert len(said) == 1, said  # said once
+    finally:
+        op.stop()
+
+
+def arg_value(args: list[str], flag: str) -> str | None:
+    return next((args[i + 1] for i, a in enumerate(args[:-1]) if a == flag), None)
 
 
 # ---- status.burnIn: a pod's verdict, which the operator writes onto the pod's readiness gate ----------------

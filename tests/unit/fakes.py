@@ -21,6 +21,7 @@ from llm_autopilot.controller.metrics import MetricsUnavailable, QueryRejected
 from llm_autopilot.controller.reconcile import Outcome, reconcile
 from llm_autopilot.controller.runtime import Operator
 from llm_autopilot.controller.settings import OperatorSettings
+from llm_autopilot.controller.status_attestation import attestations_patch, status_key
 from llm_autopilot.render.kubernetes import INPUT_HASH, PLAN_HASH
 
 H100 = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559",
@@ -299,6 +300,11 @@ class Run:
     @property
     def remediation(self) -> dict[str, Any]:
         return dict(self.status.get("remediation") or {})
+
+    def own(self, section: str, value: Any) -> None:
+        """status[section] as the operator records it: with its attestation (the reconcile's default key)."""
+        self.status = merge_patch({**self.status, section: value},
+                                  attestations_patch(status_key(), self.uid, {section: value}))
 
     def reasons(self) -> list[str]:
         return [reason for _, reason, _ in (self.last.events if self.last else [])]

@@ -377,8 +377,8 @@ def test_the_hub_token_is_read_only_when_the_hub_is_called() -> None:
 def test_a_status_with_bad_timestamps_is_repaired_once_and_reconcile_goes_on() -> None:
     """D11: fractional seconds and offsets are read; garbage is treated as missing, with a warning Event."""
     run = deployed()
-    run.status["remediation"] = {**run.remediation, "lastStepTime": "2026-12-01T00:00:00.5Z",
-                                 "lastSignalTime": "2026-12-01T02:00:00+02:00", "lastRelaxTime": "soon"}
+    run.own("remediation", {**run.remediation, "lastStepTime": "2026-12-01T00:00:00.5Z",
+                            "lastSignalTime": "2026-12-01T02:00:00+02:00", "lastRelaxTime": "soon"})
     run.once()
     assert run.reasons() == ["StatusRepaired"] and "lastRelaxTime" in run.last.events[0][2]  # type: ignore[union-attr]
     assert "lastRelaxTime" not in run.remediation  # removed by the merge patch
@@ -427,8 +427,8 @@ def test_recorded_overrides_are_clamped_before_rendering() -> None:
     """A recorded step the spec no longer allows (maxReplicas lowered) is clamped; the memory limit to the nodes of
     the planned pool (H100 here)."""
     run = deployed({**QWEN_H100, "remediation": {"cooldownSeconds": 0, "maxReplicas": 3}})
-    run.status["remediation"] = {**run.remediation, "rung": 1,
-                                 "applied": recorded({"replicas": 100000, "memoryLimitGiB": 1e9})}
+    run.own("remediation", {**run.remediation, "rung": 1,
+                            "applied": recorded({"replicas": 100000, "memoryLimitGiB": 1e9})})
     run.once()
     container = run.cluster.deployment()["spec"]["template"]["spec"]["containers"][0]
     assert run.cluster.deployment()["spec"]["replicas"] == 3 and container["resources"]["limits"]["memory"] == "2000Gi"
@@ -451,8 +451,8 @@ def test_the_memory_limit_is_bounded_by_the_planned_pools_nodes_not_the_largest_
     """The cluster has an H100 node with 2000 GiB and an L4 node with 120 GiB; a plan on L4 never gets a memory
     limit above 120 GiB, neither from the status nor from remediation's own steps."""
     run = deployed(L4_SPEC)
-    run.status["remediation"] = {**run.remediation, "rung": 1, "applied": recorded({"memoryLimitGiB": 1500.0}),
-                                 "lastSignalTime": _recently()}  # not calm for long: no relax
+    run.own("remediation", {**run.remediation, "rung": 1, "applied": recorded({"memoryLimitGiB": 1500.0}),
+                            "lastSignalTime": _recently()})  # not calm for long: no relax
     run.once()
     assert _steps(run.remediation) == [{"memoryLimitGiB": 120.0}]
     assert _memory_limit(run.cluster) == "120Gi"
@@ -468,27 +468,53 @@ def test_the_memory_limit_is_bounded_by_the_planned_pools_nodes_not_the_largest_
 
 def test_a_forged_remediation_step_is_dropped_not_applied() -> None:
     """Someone who may write llmdeployments/status plants applied entries: hand-written (no attestation), with
-    a made-up one, copied from another object, or edited after the operator recorded it. None is applied."""
+    a made-up one, copied from another object, edited after the operator recorded it, or chained with the step
+    digest anyone can compute (remediation/state.py's ``attestation`` is not keyed). Without the operator's
+    attestation of the section none is applied, since the workload does not run their plan."""
     run = deployed()
     deployment = run.cluster.deployment()
     step = {"gpuMemoryUtilization": 0.7, "maxNumSeqs": 8}
     other = recorded(step)[0] | {"attestation": attestation("other-uid", 1, step, "")}
     edited = recorded({"maxNumSeqs": 64})[0] | {"maxNumSeqs": 8}
     for forged in ([step], [{**step, "generation": 1, "attestation": "0" * 32}], [other], [edited],
-                   [recorded(step, generation=2)[0]]):  # a generation the spec never had
+                   [recorded(step, generation=2)[0]], recorded(step)):  # the last: a chain that verifies
         run.status["remediation"] = {**run.remediation, "rung": 1, "applied": forged}
         run.once()
         assert run.reasons() == ["UnattributedRemediation"], forged
-        assert "not recorded by the operator" in run.last.events[0][2]  # type: ignore[union-attr]
+        assert "not attested by this operator" in run.last.events[0][2]  # type: ignore[union-attr]
+        assert "the workload does not run its plan" in run.last.events[0][2]  # type: ignore[union-attr]
         assert run.remediation["applied"] == [] and run.remediation["rung"] == 0
         assert run.cluster.deployment() == deployment  # the children never moved
-    # a genuine chain with a forged entry appended: the genuine one stays, the forged one goes
-    genuine = recorded({"memoryLimitGiB": 100.0})
-    run.status["remediation"] = {**run.remediation, "rung": 2, "applied": [*genuine, step],
-                                 "lastSignalTime": _recently()}
+    # the operator's own chain with a forged entry appended: the section's attestation no longer holds
+    run.own("remediation", {**run.remediation, "rung": 1, "applied": recorded({"memoryLimitGiB": 100.0}),
+                            "lastSignalTime": _recently()})
+    run.status["remediation"]["applied"] = [*run.remediation["applied"], step]
     run.once()
-    assert _steps(run.remediation) == [{"memoryLimitGiB": 100.0}] and run.remediation["rung"] == 1
+    assert run.reasons() == ["UnattributedRemediation"] and run.remediation["applied"] == []
+    assert run.cluster.deployment() == deployment
 
+
+def test_an_unattested_state_whose_plan_the_workload_runs_is_kept() -> None:
+    """Upgrading from the release before status.remediation was attested (or an operator without a key
+    restarted): the state has no attestation, but the workload runs exactly its rungs' plan, so they are kept
+    (re-attested), and said once. What the workload cannot prove starts afresh."""
+    run = deployed({**QWEN_H100, "remediation": {"cooldownSeconds": 0}})
+    run.cluster.crash(reason="OOMKilled", exit_code=137)
+    run.once()
+    assert run.remediation["rung"] == 1
+    deployment = run.cluster.deployment()
+    steps = _steps(run.remediation)
+    run.status["attestations"].pop("remediation")  # as the release before wrote it
+    run.status["remediation"] |= {"lastEvidence": "made-up", "lastStepTime": "2000-01-01T00:00:00Z"}
+    run.once()
+    assert run.reasons() == ["RemediationAdopted"], run.last
+    assert "its 1 applied rung(s) are kept" in run.last.events[0][2]  # type: ignore[union-attr]
+    assert _steps(run.remediation) == steps and run.remediation["rung"] == 1
+    assert run.remediation.get("lastEvidence") is None and run.remediation["lastStepTime"] > "2000"
+    assert run.cluster.deployment() == deployment  # nothing rolled
+    run.once()  # attested now: nothing said, nothing written
+    assert run.reasons() == [] and run.last is not None and run.last.status == {}
+    # a state whose plan the workload does not run: test_a_forged_remediation_step_is_dropped_not_applied
 
 
 def test_prometheus_down_holds_still_then_the_held_back_step_is_taken() -> None:
@@ -532,8 +558,8 @@ def test_ready_uses_the_effective_replicas_in_the_reconcile_and_the_deployment_w
     """D14: after a "one more replica" rung both writers say 2/2, and quiet rounds write nothing."""
     spec = {**QWEN_H100, "replicas": 1, "remediation": {"maxReplicas": 3, "stableWindowSeconds": 604800}}
     recently = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")  # not calm for long
-    run = Run(spec, cluster=handler_cluster, status={"remediation": {"rung": 1, "applied": recorded({"replicas": 2}),
-                                                                     "lastSignalTime": recently}})
+    run = Run(spec, cluster=handler_cluster)
+    run.own("remediation", {"rung": 1, "applied": recorded({"replicas": 2}), "lastSignalTime": recently})
     run.once()
     ready = run.condition("Ready")
     assert (ready["status"], ready["message"]) == ("True", "2/2 replicas are available")
@@ -563,8 +589,8 @@ def test_ready_has_one_writer_with_autoscaling_and_a_replica_override_left_from_
     spec = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"}, "replicas": 3,
             "autoscaling": {"maxReplicas": 4, "prometheusAddress": "http://prometheus.test:9090"}}
     recently = (datetime.now(UTC) - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    run = Run(spec, cluster=handler_cluster, status={"remediation": {"rung": 1, "applied": recorded({"replicas": 2}),
-                                                                     "lastSignalTime": recently}})
+    run = Run(spec, cluster=handler_cluster)
+    run.own("remediation", {"rung": 1, "applied": recorded({"replicas": 2}), "lastSignalTime": recently})
     run.once()
     ready = run.condition("Ready")
     assert (ready["status"], ready["message"]) == ("True", "3/3 replicas are available")

@@ -70,6 +70,7 @@ VALID: dict[str, Any] = {
     "burnIn": {"planHash": "p", "pods": [{"pod": "p-0", "passed": False, "reason": "KVCacheTooSmall",
                                           "message": "forged", "gpuSeconds": 1.0}]},
     "lora": {"updates": "Runtime", "reason": "Served"},
+    "remediation": {"rung": 1, "applied": [{"maxNumSeqs": 8, "generation": 1, "attestation": "0" * 32}]},
 }
 
 

@@ -49,6 +49,7 @@ from llm_autopilot.controller.status_attestation import (
     trusted_status,
     verified_sections,
 )
+from llm_autopilot.controller.world_reads import workload_view
 from llm_autopilot.desired import lora_sync, planning
 from llm_autopilot.desired.lora_sync import LoRAReading
 from llm_autopilot.desired.pipeline import desired
@@ -59,7 +60,6 @@ from llm_autopilot.desired.vocabulary import (
     Intent,
     LoRAAsk,
     Report,
-    WorkloadAsk,
 )
 from llm_autopilot.desired.world import (
     Applied,
@@ -76,9 +76,7 @@ from llm_autopilot.planner.plan import Plan
 from llm_autopilot.planner.pools import PoolChoice
 from llm_autopilot.remediation.decide import METRICS_AVAILABLE
 from llm_autopilot.remediation.ladder import Overrides
-from llm_autopilot.render import groups
 from llm_autopilot.render.kubernetes import Owner, instance_selector
-from llm_autopilot.render.workload import Shape
 from llm_autopilot.vllm.versions import VersionError
 
 #: desired/'s names that callers import from here
@@ -178,19 +176,6 @@ def timed_plan(ctx: Context, overrides: Overrides) -> PoolChoice:
     return choice
 
 
-def workload_view(kube: Cluster, asked: WorkloadAsk) -> dict[str, Any] | None:
-    """The serving workload's status as a Deployment's: the Deployment itself, or the groups summarised."""
-    name, namespace = asked.name, asked.namespace
-    if asked.shape is Shape.DEPLOYMENT:
-        return kube.get("apps/v1", "Deployment", name, namespace)
-    if asked.shape is Shape.LEADER_WORKER_SET:
-        return groups.lws_view(kube.get(groups.LWS_API_VERSION, "LeaderWorkerSet", name, namespace),
-                               current_hash=asked.plan_hash)
-    return groups.groups_view(
-        [kube.get("apps/v1", "StatefulSet", groups.group_name(name, i), namespace)
-         for i in range(asked.replicas)], current_hash=asked.plan_hash, size=asked.nodes)
-
-
 def gatherer_for(kube: Cluster, settings: OperatorSettings) -> Gatherer:
     """The evidence gatherer for these settings (the operator keeps one per process: it remembers crashes)."""
     if not settings.prometheus_url:
@@ -201,9 +186,10 @@ def gatherer_for(kube: Cluster, settings: OperatorSettings) -> Gatherer:
                     labels=client, versions=read_vllm_version)
 
 
-#: how many times desired() may run in one settle: it asks at most for the model cache, then the workload with
-#: its evidence (and its burn-in), then the plan's KV figures, and decides on the next
-_ROUNDS = 5
+#: how many times desired() may run in one settle: it asks at most whether the workload runs an unattested
+#: remediation state's plan, for the model cache, then the workload with its evidence (and its burn-in), then the
+#: plan's KV figures, and decides on the next
+_ROUNDS = 6
 
 
 class Reconciler:
@@ -245,9 +231,10 @@ class Reconciler:
         def record_first() -> None:  # the dry runs passed: the step and the calibration chosen go first
             first = {key: value for key, value in (("remediation", decided.step), ("kvCalibration", decided.pin))
                      if value is not None}
-            if "kvCalibration" in first:  # the pin goes with its attestation
-                first |= attestations_patch(self.key, self.owner.uid,
-                                            {"kvCalibration": decided.attest.get("kvCalibration")})
+            # each goes with its attestation: the step as written (the API server keeps no nulls), the pin as decided
+            first |= attestations_patch(self.key, self.owner.uid,
+                                        {key: decided.step if key == "remediation" else decided.attest.get(key)
+                                         for key in first})
             if first:
                 self.record_first(first)
                 recorded.extend(first)
@@ -349,7 +336,9 @@ class Reconciler:
         status = dict(decided.status)
         for key in recorded:
             status.pop(key, None)
-        status |= attestations_patch(self.key, self.owner.uid, decided.attest)
+        # what was recorded first went with its attestation
+        status |= attestations_patch(self.key, self.owner.uid,
+                                     {key: value for key, value in decided.attest.items() if key not in recorded})
         for line in decided.notes:
             logger.warning("%s", line)
         for outcome in decided.plans:

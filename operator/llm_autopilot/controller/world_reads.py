@@ -16,13 +16,14 @@ from llm_autopilot.controller.inspect_step import AdapterInspections
 from llm_autopilot.controller.kube import NodeGPUs, api_message
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.controller.sources import resolve_spec_source
+from llm_autopilot.desired.vocabulary import WorkloadAsk
 from llm_autopilot.desired.world import AdapterReading, GPUNode, SourceView, World
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.hub.client import HubClient, ModelFiles
 from llm_autopilot.hub.resolve import ModelResolutionError
 from llm_autopilot.render import groups, network_policy
 from llm_autopilot.render.autoscaling import KEDA_CRD
-from llm_autopilot.render.workload import Live
+from llm_autopilot.render.workload import Live, Shape
 
 
 class WorldSource(Protocol):
@@ -138,3 +139,16 @@ def read_world(spec: LLMDeploymentSpec, name: str, namespace: str, kube: WorldSo
     return World(model, nodes, crds, live,
                  adapters=read_adapters(spec, namespace, kube, settings, adapters),
                  source=SourceView(reading) if reading is not None else None)
+
+
+def workload_view(kube: WorldSource, asked: WorkloadAsk) -> dict[str, Any] | None:
+    """The serving workload's status as a Deployment's: the Deployment itself, or the groups summarised."""
+    name, namespace = asked.name, asked.namespace
+    if asked.shape is Shape.DEPLOYMENT:
+        return kube.get("apps/v1", "Deployment", name, namespace)
+    if asked.shape is Shape.LEADER_WORKER_SET:
+        return groups.lws_view(kube.get(groups.LWS_API_VERSION, "LeaderWorkerSet", name, namespace),
+                               current_hash=asked.plan_hash)
+    return groups.groups_view(
+        [kube.get("apps/v1", "StatefulSet", groups.group_name(name, i), namespace)
+         for i in range(asked.replicas)], current_hash=asked.plan_hash, size=asked.nodes)

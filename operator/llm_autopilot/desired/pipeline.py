@@ -85,6 +85,8 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
     if (refusal := lora.adapter_refusal(spec, world.adapters)) is not None:
         return d.fail(refusal.reason, refusal.message, retry=refusal.retry)
     state = remediation.read_state(d, ctx)
+    if isinstance(state, Asks):  # a state the operator did not attest: does the workload run its plan?
+        return d.asking(state)
     choice = counted_plan(d, ctx, state.overrides)
     if not isinstance(choice.result, Plan) and state.applied:
         # the spec changed so that remediation's overrides no longer fit: start again from the plan

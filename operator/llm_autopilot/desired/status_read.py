@@ -24,8 +24,8 @@ STATUS_READ = "StatusRead"
 #: desired/calibration.py: a malformed pin is chosen again, not nulled by a pass that fails before choosing)
 OWN_READERS = frozenset({"remediation", "kvCalibration"})
 #: the sections the operator reads back as what it did or found, each attested (status.attestations); the
-#: remediation state carries its own attestation (remediation/state.py)
-ATTESTED = ("source", "loraSources", "cache", "verification", "kvCalibration", "burnIn", "lora")
+#: remediation state's applied rungs also chain their own digests (remediation/state.py)
+ATTESTED = ("source", "loraSources", "cache", "verification", "kvCalibration", "burnIn", "lora", "remediation")
 ATTESTATIONS = "attestations"
 STATUS_FORGED = "StatusForged"
 _FIELDS = frozenset(f.alias or name for name, f in LLMDeploymentStatus.model_fields.items())

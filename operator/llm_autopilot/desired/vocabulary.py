@@ -201,9 +201,11 @@ class Draft:
             self.condition(STATUS_READ, *said)
             if not said[0] and before != self.conditions:
                 self.event("Warning", "StatusUnreadable", said[2])
-        if read.forged:  # said once: the write removes them or attests what is decided in their place
-            self.event("Warning", STATUS_FORGED, forged_message(read.forged))
-            self.out.notes.append(f"{self.owner.namespace}/{self.owner.name}: {forged_message(read.forged)}")
+        # said once: the write removes them or attests what is decided in their place (remediation's own reader
+        # says what it kept of status.remediation)
+        if forged := tuple(key for key in read.forged if key != "remediation"):
+            self.event("Warning", STATUS_FORGED, forged_message(forged))
+            self.out.notes.append(f"{self.owner.namespace}/{self.owner.name}: {forged_message(forged)}")
 
     @property
     def author(self) -> Author:

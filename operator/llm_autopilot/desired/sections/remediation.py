@@ -9,6 +9,7 @@ from typing import Any
 from llm_autopilot.api.lora import pinned_adapters
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.desired.planning import Context, Rendered, counted_plan, limits, render, workload_ask
+from llm_autopilot.desired.remediation_adoption import RunningPlan, RunningPlanAsk
 from llm_autopilot.desired.schedule import metrics_verdict, next_due, unsettled
 from llm_autopilot.desired.vocabulary import Asks, Draft
 from llm_autopilot.desired.world import Target
@@ -41,10 +42,17 @@ def running(r: Rendered, ctx: Context) -> Running:
     )
 
 
-def read_state(d: Draft, ctx: Context) -> RemediationState:
+def read_state(d: Draft, ctx: Context) -> RemediationState | Asks:
     """The remediation state, only with the steps the operator recorded for this object, each clamped to
-    the spec and to the nodes of the pool its overrides plan on."""
+    the spec and to the nodes of the pool its overrides plan on. A state without the operator's attestation
+    (status.attestations) keeps its rungs only if the workload runs exactly their plan (``_adopted``), else it is
+    dropped; either is said once."""
     raw = d.status.get("remediation")
+    if "remediation" in d.forged:
+        adopted = _adopted(d, ctx, d.raw.get("remediation"))
+        if isinstance(adopted, Asks):
+            return adopted
+        raw = adopted.to_status() if adopted is not None else None
     cap: float | None = None
     loose, _, _ = RemediationState.read_attributed(raw, limits(ctx), d.now, d.author)
     if loose.overrides.memory_limit_gib is not None:  # bounded by the planned pool's nodes, not the largest
@@ -57,8 +65,43 @@ def read_state(d: Draft, ctx: Context) -> RemediationState:
         d.event("Warning", "UnattributedRemediation", "; ".join(dropped))
     if repairs:
         d.event("Warning", "StatusRepaired", "; ".join(repairs))
-    d.origin, d.state, d.repaired = state, state, bool(repairs or dropped)
+    d.origin, d.state, d.repaired = state, state, bool(repairs or dropped or "remediation" in d.forged)
     return state
+
+
+def _adopted(d: Draft, ctx: Context, raw: Any) -> RemediationState | Asks | None:
+    """A state read without the operator's attestation: its applied rungs (re-attested) if the workload runs
+    exactly their plan, else None (dropped). What the workload cannot prove starts afresh: the step's time is
+    now (so no relax and no cooldown is shortened by a written time), no last evidence, the relax backoff at 1;
+    the history is kept as the report it is."""
+    written, _ = RemediationState.read(raw, limits(ctx), d.now)
+    where = f"{d.owner.namespace}/{d.owner.name}"
+    said = "status.remediation is not attested by this operator (written by someone else, by a release before " \
+           "it was attested, or by an operator without this key)"
+    runs: Rendered | None = None
+    if written.applied:
+        choice = counted_plan(d, ctx, written.overrides)
+        if isinstance(choice.result, Plan):
+            runs = render(ctx, choice, written.overrides, d.owner, d.settings,
+                          d.world.live_for(choice.result.config.nodes > 1))
+    if runs is not None:
+        seen = d.world.reading(RunningPlan)
+        if seen is None or seen.plan_hash != runs.plan_hash:
+            return Asks(features=(RunningPlanAsk(workload_ask(d.owner, runs)),))
+        if seen.running:
+            message = (f"{said}; its {len(written.applied)} applied rung(s) are kept, since the workload runs "
+                       "exactly their plan")
+            d.event("Warning", "RemediationAdopted", message)
+            d.out.notes.append(f"{where}: {message}")
+            rungs = tuple(entry.model_copy(update={"generation": None, "attestation": None})
+                          for entry in written.applied)  # attested anew, under this generation
+            return RemediationState(rung=written.rung, applied=rungs, history=written.history,
+                                    last_step_time=d.now, state=written.state).attested(d.author)
+    message = f"{said}: dropped, not applied (the workload does not run its plan)" if written.applied else \
+        f"{said}: dropped"
+    d.event("Warning", "UnattributedRemediation", message)
+    d.out.notes.append(f"{where}: {message}")
+    return None
 
 
 def workload_of(d: Draft, spec: LLMDeploymentSpec, current: Rendered, state: RemediationState,
