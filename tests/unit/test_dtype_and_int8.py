@@ -5,14 +5,17 @@ what it renders and what it refuses. The figures vLLM printed for both are repla
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import llm_autopilot.catalog
 from llm_autopilot.api.convert import targets as targets_from_spec
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
-from llm_autopilot.catalog.hf_config import parse_quantization_config
+from llm_autopilot.catalog.hf_config import parse_hf_config, parse_quantization_config, planner_view
 from llm_autopilot.controller.admission import review
 from llm_autopilot.domain.precision import GIB, KVCacheDtype, WeightFormat, weight_bytes_per_parameter
 from llm_autopilot.planner.config import ServingConfig
@@ -24,6 +27,7 @@ from llm_autopilot.render.vllm_args import render_vllm_args
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, VLLMBehaviour, behaviour_of, serving_dtype
 from tests.conftest import gpu, model
 
+CONFIGS = Path(llm_autopilot.catalog.__file__).parent / "models"
 #: RedHatAI's W8A8 checkpoints (llm-compressor): int8 weights per output channel, dynamic per-token int8
 #: activations, the LM head left out
 W8A8 = {"quant_method": "compressed-tensors", "format": "int-quantized", "ignore": ["lm_head"],
@@ -53,6 +57,14 @@ def config(vllm: VLLMBehaviour, **changes: object) -> ServingConfig:
 def test_a_w8a8_checkpoint_config_is_int8_per_output_channel() -> None:
     q = parse_quantization_config(W8A8)
     assert (q.method, q.weight_format, q.bits, q.group_size) == ("compressed-tensors", WeightFormat.INT8, 8, -1)
+
+
+def test_a_w8a8_config_json_keeps_its_quantization_through_the_planners_view() -> None:
+    """The config a pod's inspection carries back (planner_view) plans the same INT8 checkpoint."""
+    config = {**json.loads((CONFIGS / "meta-llama--Llama-3.1-8B-Instruct.json").read_text()),
+              "quantization_config": W8A8}
+    whole, view = parse_hf_config(config, "x"), parse_hf_config(planner_view(config), "x")
+    assert whole.weight_format is WeightFormat.INT8 and view.quantization == whole.quantization
 
 
 @pytest.mark.parametrize(("group_size", "per_parameter"), [
