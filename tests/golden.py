@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from llm_autopilot.catalog.hf_config import parse_quantization_config
 from llm_autopilot.catalog.models import find_catalog_model
 from llm_autopilot.domain.gpu import GPUSpec
 from llm_autopilot.domain.precision import KVCacheDtype, WeightFormat
@@ -24,8 +25,12 @@ ARCHITECTURE_OF = {
     "mistralai/Mixtral-8x7B-Instruct-v0.1": "mistralai/Mixtral-8x7B-v0.1",
     "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic": "meta-llama/Llama-3.3-70B-Instruct",
     "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16": "meta-llama/Llama-3.1-8B-Instruct",
+    "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8": "meta-llama/Llama-3.1-8B-Instruct",
+    "RedHatAI/Qwen2.5-7B-Instruct-quantized.w8a8": "Qwen/Qwen2.5-7B-Instruct",
+    "redhatai/Llama-3.3-70B-Instruct-quantized.w8a8": "meta-llama/Llama-3.3-70B-Instruct",
 }
-FORMAT_OF = {None: None, "fp8": WeightFormat.FP8, "gptq": WeightFormat.GPTQ, "mxfp4": WeightFormat.MXFP4}
+FORMAT_OF = {None: None, "fp8": WeightFormat.FP8, "gptq": WeightFormat.GPTQ, "mxfp4": WeightFormat.MXFP4,
+             "int8": WeightFormat.INT8}
 
 #: Cases not replayed, and why.
 OUT_OF_SCOPE = {
@@ -43,6 +48,10 @@ OUT_OF_SCOPE = {
     "l40s-llama31-8b-32k": "total GPU memory and utilization not given",
     "a100-gptoss-20b-131k": "GPU variant and total memory not given",
     "a100-gemma4-26b-a4b-131k-eager": "Gemma 4 is not in the catalog",
+    "h100-mistral-small-31-24b-w8a8-tp1": "Mistral-Small-3.1 (Mistral3 with a Pixtral vision tower) is not in the "
+                                          "catalog",
+    "h100-mistral-small-31-24b-w8a8-tp2": "Mistral-Small-3.1 (Mistral3 with a Pixtral vision tower) is not in the "
+                                          "catalog",
 }
 
 
@@ -64,7 +73,9 @@ def load_cases() -> tuple[list[GoldenCase], list[dict[str, Any]]]:
         m = find_catalog_model(ARCHITECTURE_OF.get(c["model"], c["model"]))
         assert m is not None, c["model"]
         fmt = FORMAT_OF[c.get("quantization")] or m.weight_format
-        if fmt is not m.weight_format:
+        if "checkpoint_quantization_config" in c:  # a pre-quantized checkpoint: read its config as the operator does
+            m = dataclasses.replace(m, quantization=parse_quantization_config(c["checkpoint_quantization_config"]))
+        if fmt is not m.weight_format or "checkpoint_quantization_config" in c:
             m = dataclasses.replace(m, checkpoint_bytes=None)
         gpu = GPUSpec.custom(c["gpu_total_gib"])
         printed = dict(c["printed"])
@@ -79,7 +90,7 @@ def load_cases() -> tuple[list[GoldenCase], list[dict[str, Any]]]:
             gpu_memory_utilization=c["gpu_memory_utilization"], max_model_len=c["max_model_len"],
             max_num_seqs=c["max_num_seqs"], max_num_batched_tokens=c["max_num_batched_tokens"],
             weight_format=fmt, kv_cache_dtype=KVCacheDtype(c["kv_cache_dtype"]),
-            enforce_eager=bool(c["enforce_eager"]),
+            enforce_eager=bool(c["enforce_eager"]), dtype=c.get("dtype_override") or "auto",
         )
         cases.append(GoldenCase(c["id"], c["source_url"], config, printed))
     return cases, raw

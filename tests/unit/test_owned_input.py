@@ -88,7 +88,7 @@ OWNED_CASES = [
     (["--data-parallel-address=x"], "spec.replicas"),
     (["--kv-cache-memory-bytes=1G"], "spec.vllm.gpuMemoryUtilization"),
     (["--num-gpu-blocks-override", "1"], "spec.vllm.gpuMemoryUtilization"),
-    (["--dtype", "half"], "spec.model.architecture.torchDtype"),
+    (["--dtype", "half"], "spec.vllm.dtype"),
     (["--speculative-config", "{}"], "draft model"),
     (["--config", "/etc/x.yaml"], "config file"),
     (["--port", "9000"], "port 8000"),

@@ -71,6 +71,7 @@ def targets(spec: LLMDeploymentSpec, *, gpus_per_node: int | None = None, max_no
         allow_cpu_offload=s.allow_cpu_offload,
         lora=lora_spec.lora_settings(spec, adapter_configs),
         lora_min_slots=lora_spec.pinned_adapters(spec),
+        dtype=v.dtype or "auto",
     )
 
 

@@ -97,8 +97,7 @@ OWNED_FLAGS: dict[str, str] = {
              "--quantization-config"),
     "--kv-cache-dtype": "set by the operator from the plan; list the dtypes it may use in "
                         "spec.serving.allowedKVCacheDtypes",
-    "--dtype": "the planner sizes the weights by the checkpoint's dtype (spec.model.architecture.torchDtype); "
-               "it cannot be set",
+    "--dtype": "set by the operator from the plan; set spec.vllm.dtype instead",
     **_owned("set by the operator from the plan; set spec.vllm.enforceEager instead", "--enforce-eager",
              "--no-enforce-eager"),
     **_owned(_CUDA_GRAPHS, "-O", "--optimization-level", "--compilation-config", "-cc", "--cudagraph-capture-sizes",

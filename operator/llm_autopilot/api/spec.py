@@ -364,6 +364,13 @@ class VLLMSettings(APIModel):
     max_num_seqs: int | None = Field(None, ge=1, le=SEQUENCES_MAX, description="Pin vLLM's max_num_seqs.")
     max_num_batched_tokens: int | None = Field(
         None, ge=1, le=TOKENS_MAX, description="Pin vLLM's max_num_batched_tokens.")
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] | None = Field(
+        None,
+        description="vLLM's --dtype: the dtype of activations, unquantized weights and an auto KV cache. Unset or "
+        "auto: vLLM's choice (the checkpoint's dtype; float16 on GPUs without bfloat16). The planner sizes the "
+        "weights, the activation peak and the KV cache in it (float32: 4 bytes each, so about half the KV cache of "
+        "bfloat16). Refused where vLLM refuses it: float16 for Gemma 2/3 and GLM-4, bfloat16 below compute "
+        "capability 8.0, float32 for MLA models (no float32 MLA attention backend) or with quantized weights.")
     reasoning_parser: str | None = Field(
         None, pattern=r"^[a-z0-9][a-z0-9_.-]*$", max_length=64,
         description="vLLM's reasoning parser (--reasoning-parser), e.g. deepseek_r1 or qwen3: the model's reasoning "

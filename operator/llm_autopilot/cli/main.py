@@ -117,6 +117,8 @@ class FiniteFloatRange(click.FloatRange):
 
 
 GPU_MEMORY_UTILIZATION = FiniteFloatRange(min=0, max=1, min_open=True)
+#: vLLM's --dtype values as spec.vllm.dtype spells them (half and float are vLLM's other names for two of them)
+DTYPE = click.Choice(["auto", "bfloat16", "float16", "float32"])
 
 
 def _csv(values: tuple[str, ...]) -> list[str]:
@@ -158,6 +160,8 @@ def cli() -> None:
 @click.option("--variant", multiple=True, metavar="FORMAT=ID", help="Pre-quantized checkpoint, e.g. awq=Org/Model-AWQ.")
 @click.option("--gpu-memory-utilization", type=GPU_MEMORY_UTILIZATION, help="Pin it.")
 @click.option("--enforce-eager", is_flag=True, help="Plan without CUDA graphs.")
+@click.option("--dtype", type=DTYPE, default="auto", show_default=True,
+              help="vLLM's --dtype: activations, unquantized weights and an auto KV cache (spec.vllm.dtype).")
 @click.option("--vllm-version", default=str(DEFAULT_VLLM_VERSION), show_default=True)
 @click.option("--served-model-name", help="Name clients use (defaults to the model id).")
 @click.option("--max-loras", type=click.IntRange(min=1, max=64), default=None,
@@ -172,7 +176,7 @@ def plan(model: str | None, model_config: str | None, revision: str | None, gpu:
          gpu_memory_gib: float | None, compute_capability: str, max_model_len: int | None,
          min_max_model_len: int | None, concurrency: int | None, max_gpus: int,
          allow_quantization: tuple[str, ...], allow_kv_cache_dtype: tuple[str, ...], variant: tuple[str, ...],
-         gpu_memory_utilization: float | None, enforce_eager: bool, vllm_version: str,
+         gpu_memory_utilization: float | None, enforce_eager: bool, dtype: str, vllm_version: str,
          served_model_name: str | None, max_loras: int | None, max_lora_rank: str | None,
          calibration_file: str | None, output: str) -> None:
     """The cheapest vLLM configuration that fits, its memory breakdown, reasons and command."""
@@ -197,7 +201,7 @@ def plan(model: str | None, model_config: str | None, revision: str | None, gpu:
     targets = Targets(
         max_model_len=max_model_len, min_max_model_len=min_max_model_len, concurrency=concurrency,
         allowed_weight_formats=tuple(formats), allowed_kv_cache_dtypes=tuple(kv_dtypes), max_gpus=max_gpus,
-        gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+        gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager, dtype=dtype,
         lora=LoRASettings(max_loras or 1, int(max_lora_rank or DEFAULT_MAX_LORA_RANK))
         if max_loras or max_lora_rank else None,
     )
@@ -259,6 +263,7 @@ def _load_calibration(path: str, gpu_spec: GPUSpec, behaviour: VLLMBehaviour,
 @click.option("--quantization", help="How the weights are stored: as vLLM spells it (fp8, awq, gptq, mxfp4...).")
 @click.option("--kv-cache-dtype", default="auto", show_default=True, help="auto, fp8, fp8_e4m3, fp8_e5m2.")
 @click.option("--enforce-eager", is_flag=True)
+@click.option("--dtype", type=DTYPE, default="auto", show_default=True, help="vLLM's --dtype.")
 @click.option("--max-num-seqs", type=click.IntRange(min=1), help="Defaults to vLLM's default for the GPU.")
 @click.option("--max-num-batched-tokens", type=click.IntRange(min=1), help="Defaults to vLLM's default.")
 @click.option("--vllm-version", default=str(DEFAULT_VLLM_VERSION), show_default=True)
@@ -266,7 +271,8 @@ def _load_calibration(path: str, gpu_spec: GPUSpec, behaviour: VLLMBehaviour,
 def estimate_command(model: str | None, model_config: str | None, revision: str | None, gpu: str | None,
                      gpu_memory_gib: float | None, compute_capability: str, tensor_parallel_size: int,
                      pipeline_parallel_size: int, gpu_memory_utilization: float | None, max_model_len: int | None,
-                     quantization: str | None, kv_cache_dtype: str, enforce_eager: bool, max_num_seqs: int | None,
+                     quantization: str | None, kv_cache_dtype: str, enforce_eager: bool, dtype: str,
+                     max_num_seqs: int | None,
                      max_num_batched_tokens: int | None, vllm_version: str, output: str) -> None:
     """Evaluate one fixed vLLM configuration, per GPU, for the busiest GPU (stable JSON contract)."""
     architecture = _load_model(model, model_config, revision)
@@ -288,6 +294,7 @@ def estimate_command(model: str | None, model_config: str | None, revision: str 
         max_num_seqs=max_num_seqs or defaults.max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens or defaults.max_num_batched_tokens,
         weight_format=fmt, kv_cache_dtype=_KV_DTYPES[kv_cache_dtype.lower()], enforce_eager=enforce_eager,
+        dtype=dtype,
     )
     result = estimate(config)
     if output == "json":

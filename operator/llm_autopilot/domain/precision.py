@@ -67,11 +67,18 @@ def dtype_bytes(torch_dtype: str) -> int:
     return TORCH_DTYPE_BYTES.get(torch_dtype.lower(), 2)
 
 
+#: the input width a per-output-channel scale is spread over (a 7-8B model's hidden size; wider models pay less)
+_TYPICAL_INPUT_WIDTH = 4096
+
+
 def weight_bytes_per_parameter(fmt: WeightFormat, *, bits: int = 4, group_size: int = 128) -> float:
     """Average bytes per parameter of a quantized linear weight, including its scales.
 
     - FP8: one byte, scales are per tensor/channel/128x128 block (≤ 0.03 %, ignored).
-    - INT8 (GPTQ/compressed 8-bit): one byte plus an fp16 scale per group.
+    - INT8 per output channel (compressed-tensors W8A8, ``CompressedTensorsW8A8Int8``, read in vLLM 0.33.0): an
+      int8 weight and one float32 scale per output channel (about 4 bytes per 4,096 inputs); dynamic per-token
+      activation scales hold no memory, a static one is one float32 per layer.
+    - INT8 in groups (GPTQ 8-bit): one byte plus an fp16 scale and an 8-bit zero point per group.
     - AWQ/GPTQ 4-bit: half a byte, plus an fp16 scale and a packed 4-bit zero point per group.
     - MXFP4: half a byte plus one e8m0 scale byte per 32 elements.
     - NVFP4: half a byte plus one fp8 scale per 16 elements (and a negligible global scale).
@@ -82,7 +89,9 @@ def weight_bytes_per_parameter(fmt: WeightFormat, *, bits: int = 4, group_size: 
         return 0.5 + 1 / 32
     if fmt is WeightFormat.NVFP4:
         return 0.5 + 1 / 16
-    if fmt in (WeightFormat.AWQ, WeightFormat.GPTQ, WeightFormat.INT8):
+    if fmt is WeightFormat.INT8:
+        return 1 + (4 / _TYPICAL_INPUT_WIDTH if group_size <= 0 else 3 / group_size)
+    if fmt in (WeightFormat.AWQ, WeightFormat.GPTQ):
         group = max(group_size, 1) if group_size > 0 else 4096  # -1 means per-channel
         return bits / 8 + (2 + bits / 8) / group
     raise ValueError(f"{fmt} is not a quantized format")

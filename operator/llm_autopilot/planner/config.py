@@ -14,11 +14,13 @@ from llm_autopilot.vllm.versions import VLLMBehaviour, serving_dtype
 _DTYPE_LABELS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def weights_label(model: ModelArchitecture, fmt: WeightFormat, gpu: GPUSpec | None = None) -> str:
-    """"bf16"/"fp16"/"fp32" for unquantized weights (as vLLM serves them on ``gpu``, when given), else the
-    format ("fp8", "awq")."""
+def weights_label(model: ModelArchitecture, fmt: WeightFormat, gpu: GPUSpec | None = None,
+                  dtype: str = "auto") -> str:
+    """"bf16"/"fp16"/"fp32" for unquantized weights (as vLLM serves them on ``gpu`` with ``--dtype dtype``, when
+    given), else the format ("fp8", "awq")."""
     if fmt is WeightFormat.NONE:
-        dtype = serving_dtype(model.torch_dtype, model.model_type, gpu) if gpu is not None else model.torch_dtype
+        dtype = (serving_dtype(model.torch_dtype, model.model_type, gpu, dtype) if gpu is not None
+                 else model.torch_dtype)
         return _DTYPE_LABELS.get(dtype, "bf16")
     return str(fmt)
 
@@ -55,6 +57,8 @@ class ServingConfig:
     kv_calibration: KVCalibration | None = None
     #: ``--max-cudagraph-capture-size``: the largest batch captured in a CUDA graph (None: vLLM's default)
     max_cudagraph_capture_size: int | None = None
+    #: ``--dtype``: the dtype of activations, unquantized weights and a model-dtype KV cache ("auto": vLLM picks)
+    dtype: str = "auto"
 
     @property
     def num_gpus(self) -> int:
@@ -74,12 +78,17 @@ class ServingConfig:
 
     @property
     def weights_label(self) -> str:
-        return weights_label(self.model, self.weight_format, self.gpu)
+        return weights_label(self.model, self.weight_format, self.gpu, self.dtype)
 
     @property
     def serving_dtype(self) -> str:
         """The dtype vLLM runs the (unquantized) model in on this GPU."""
-        return serving_dtype(self.model.torch_dtype, self.model.model_type, self.gpu)
+        return serving_dtype(self.model.torch_dtype, self.model.model_type, self.gpu, self.dtype)
+
+    @property
+    def dtype_bytes(self) -> int:
+        """Bytes of one element in the serving dtype: activations, unquantized weights, an ``auto`` KV cache."""
+        return 4 if self.serving_dtype == "float32" else 2
 
     @property
     def online_fp8(self) -> bool:

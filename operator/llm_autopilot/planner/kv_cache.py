@@ -20,12 +20,14 @@ from llm_autopilot.domain.precision import KVCacheDtype
 from llm_autopilot.planner.weights import ACTIVATION_DTYPE_BYTES, stage_layers
 
 
-def kv_element_bytes(dtype: KVCacheDtype) -> int:
-    return 1 if dtype is KVCacheDtype.FP8 else ACTIVATION_DTYPE_BYTES
+def kv_element_bytes(dtype: KVCacheDtype, model_dtype_bytes: int = ACTIVATION_DTYPE_BYTES) -> int:
+    """``auto`` follows the model's serving dtype (``get_kv_cache_torch_dtype``: float32 under ``--dtype float32``)."""
+    return 1 if dtype is KVCacheDtype.FP8 else model_dtype_bytes
 
 
-def kv_bytes_per_token_per_layer(m: ModelArchitecture, tp: int, dtype: KVCacheDtype) -> int:
-    element = kv_element_bytes(dtype)
+def kv_bytes_per_token_per_layer(m: ModelArchitecture, tp: int, dtype: KVCacheDtype,
+                                 model_dtype_bytes: int = ACTIVATION_DTYPE_BYTES) -> int:
+    element = kv_element_bytes(dtype, model_dtype_bytes)
     if m.mla is not None:
         return (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * element
     return 2 * m.head_dim * element * max(1, m.num_kv_heads // tp)
@@ -66,17 +68,19 @@ def stage_layer_split(m: ModelArchitecture, pp: int, layers: int | None = None) 
 
 
 def kv_block_bytes(m: ModelArchitecture, tp: int, pp: int, dtype: KVCacheDtype, block_size: int, *,
-                   layers: int | None = None) -> int:
+                   layers: int | None = None, model_dtype_bytes: int = ACTIVATION_DTYPE_BYTES) -> int:
     """Bytes of one block of vLLM's pool (``num_gpu_blocks`` counts these): a page of ``block_size`` tokens for
     every layer of one KV-cache group (of the busiest stage; ``layers``: of a stage with that many layers)."""
     full, sliding = stage_layer_split(m, pp, layers)
-    return kv_cache_group_size(full, sliding) * kv_bytes_per_token_per_layer(m, tp, dtype) * block_size
+    per_layer = kv_bytes_per_token_per_layer(m, tp, dtype, model_dtype_bytes)
+    return kv_cache_group_size(full, sliding) * per_layer * block_size
 
 
-def kv_bytes_per_token(m: ModelArchitecture, tp: int, pp: int, dtype: KVCacheDtype) -> int:
+def kv_bytes_per_token(m: ModelArchitecture, tp: int, pp: int, dtype: KVCacheDtype,
+                       model_dtype_bytes: int = ACTIVATION_DTYPE_BYTES) -> int:
     """Bytes one token costs on the busiest GPU if every layer keeps it (the figure vLLM divides by)."""
     full, sliding = stage_layer_split(m, pp)
-    return kv_bytes_per_token_per_layer(m, tp, dtype) * (full + sliding)
+    return kv_bytes_per_token_per_layer(m, tp, dtype, model_dtype_bytes) * (full + sliding)
 
 
 def kv_bytes_per_request(
@@ -88,10 +92,11 @@ def kv_bytes_per_request(
     max_model_len: int,
     max_num_batched_tokens: int,
     block_size: int,
+    model_dtype_bytes: int = ACTIVATION_DTYPE_BYTES,
 ) -> int:
     """KV bytes one request of ``max_model_len`` tokens pins on the busiest GPU."""
     full, sliding = stage_layer_split(m, pp)
-    block_bytes = kv_bytes_per_token_per_layer(m, tp, dtype) * block_size
+    block_bytes = kv_bytes_per_token_per_layer(m, tp, dtype, model_dtype_bytes) * block_size
     full_blocks = math.ceil(max_model_len / block_size)
     total = full * full_blocks * block_bytes
     if sliding and m.sliding_window:
@@ -110,13 +115,14 @@ def largest_len_that_fits(
     max_num_batched_tokens: int,
     block_size: int,
     limit: int,
+    model_dtype_bytes: int = ACTIVATION_DTYPE_BYTES,
 ) -> int:
     """The largest max_model_len (≤ limit) whose single request fits in ``available_bytes`` (0 if none)."""
 
     def fits(length: int) -> bool:
         return kv_bytes_per_request(m, tp, pp, dtype, max_model_len=length,
                                     max_num_batched_tokens=max_num_batched_tokens,
-                                    block_size=block_size) <= available_bytes
+                                    block_size=block_size, model_dtype_bytes=model_dtype_bytes) <= available_bytes
 
     if available_bytes <= 0 or not fits(1):
         return 0
@@ -155,6 +161,7 @@ def kv_capacity(
     reserve_null_block: bool,
     group_aware_size: bool,
     layers: int | None = None,
+    model_dtype_bytes: int = ACTIVATION_DTYPE_BYTES,
 ) -> KVCapacity:
     """vLLM's arithmetic for one KV room (``v1/core/kv_cache_utils.py``).
 
@@ -166,7 +173,7 @@ def kv_capacity(
     of a pipeline stage with that many layers (the size only; the longest request is the busiest stage's).
     """
     full, sliding = stage_layer_split(m, pp, layers)
-    per_layer_block = kv_bytes_per_token_per_layer(m, tp, dtype) * block_size
+    per_layer_block = kv_bytes_per_token_per_layer(m, tp, dtype, model_dtype_bytes) * block_size
     group = kv_cache_group_size(full, sliding)
     if per_layer_block <= 0 or group == 0 or available_bytes <= 0:
         return KVCapacity(0, 0)
@@ -184,5 +191,5 @@ def kv_capacity(
     admissible = available_bytes - page if reserve_null_block else available_bytes
     largest = largest_len_that_fits(m, tp, pp, dtype, available_bytes=admissible,
                                     max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
-                                    limit=limit)
+                                    limit=limit, model_dtype_bytes=model_dtype_bytes)
     return KVCapacity(tokens, largest)

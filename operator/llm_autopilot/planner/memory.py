@@ -18,17 +18,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from llm_autopilot.domain.precision import GIB
+from llm_autopilot.domain.precision import GIB, WeightFormat
 from llm_autopilot.planner import lora as lora_memory
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.kv_cache import kv_bytes_per_request, kv_bytes_per_token, kv_capacity
 from llm_autopilot.planner.weights import (
-    ACTIVATION_DTYPE_BYTES,
     stage_layers,
     stage_partition,
     stage_weight_bytes,
     weight_bytes_per_gpu,
 )
+from llm_autopilot.vllm.versions import dtype_problem
 
 MIB = 1024**2
 
@@ -132,9 +132,10 @@ class StageMemory:
 def gpu_weight_bytes(c: ServingConfig) -> float:
     """Weights on the busiest GPU, less what ``--cpu-offload-gb`` keeps in host memory."""
     if c.pipeline_parallel_size > 1:
-        weights = max(stage_weight_bytes(c.model, c.weight_format, c.tensor_parallel_size, c.pipeline_parallel_size))
+        weights = max(stage_weight_bytes(c.model, c.weight_format, c.tensor_parallel_size, c.pipeline_parallel_size,
+                                         dtype_bytes=c.dtype_bytes))
     else:
-        weights = weight_bytes_per_gpu(c.model, c.weight_format, c.tensor_parallel_size)
+        weights = weight_bytes_per_gpu(c.model, c.weight_format, c.tensor_parallel_size, dtype_bytes=c.dtype_bytes)
     return max(0.0, weights - c.cpu_offload_gib * GIB)
 
 
@@ -146,13 +147,14 @@ def stage_breakdown(c: ServingConfig) -> tuple[StageMemory, ...]:
     total = float(c.gpu.total_bytes)
     budget = total * c.gpu_memory_utilization
     fixed = activation_peak_bytes(c) + non_torch_bytes(c)
-    per_layer = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype) / max(1, stage_layers(m.num_layers, pp))
+    per_layer = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype, c.dtype_bytes) / max(1, stage_layers(m.num_layers, pp))
     block = c.block_size
     stages = []
     offload = c.cpu_offload_gib * GIB
     first = 0
     for i, (layers, weights) in enumerate(zip(stage_partition(m.num_layers, pp),
-                                              stage_weight_bytes(m, c.weight_format, tp, pp), strict=True)):
+                                              stage_weight_bytes(m, c.weight_format, tp, pp,
+                                                                 dtype_bytes=c.dtype_bytes), strict=True)):
         graphs = _graph_bytes(c, layers)
         on_gpu = max(0.0, weights - offload)
         lora = lora_slots_bytes(c, layers, first) + lora_profile_bytes(c)
@@ -173,8 +175,7 @@ def lora_slots_bytes(c: ServingConfig, layers: int | None = None, first_layer: i
     m = c.model
     if layers is None:
         layers = stage_layers(m.num_layers, c.pipeline_parallel_size)
-    dtype_bytes = 4 if c.serving_dtype == "float32" else 2
-    slots = lora_memory.slot_bytes(m, c.tensor_parallel_size, layers, first_layer, c.lora, dtype_bytes=dtype_bytes)
+    slots = lora_memory.slot_bytes(m, c.tensor_parallel_size, layers, first_layer, c.lora, dtype_bytes=c.dtype_bytes)
     return float(slots + lora_memory.punica_metadata_bytes(c.max_num_batched_tokens, c.max_num_seqs,
                                                            c.lora.max_loras))
 
@@ -188,7 +189,9 @@ def activation_peak_bytes(c: ServingConfig) -> float:
     """Peak of the profile run: the larger of the forward pass and the sampler warm-up.
 
     Fused MoE kernels keep an intermediate cache of ``tokens x top_k x (2 x intermediate / tp + hidden)``
-    that is still held when the sampler runs.
+    that is still held when the sampler runs. The forward pass's tensors are in the serving dtype (twice the bytes
+    under ``--dtype float32``: 2.25 GiB against vLLM 0.19.0's 2.21 for Llama-3.1-8B); the sampler's logits are
+    float32 either way.
     """
     m, tp = c.model, c.tensor_parallel_size
     kv_heads_per_rank = max(1, m.num_kv_heads // tp)
@@ -200,8 +203,8 @@ def activation_peak_bytes(c: ServingConfig) -> float:
     else:
         e = m.moe
         moe_workspace = (c.max_num_batched_tokens * e.experts_per_token
-                         * (2 * e.expert_intermediate_size / tp + m.hidden_size) * ACTIVATION_DTYPE_BYTES)
-    forward = c.max_num_batched_tokens * per_token * ACTIVATION_DTYPE_BYTES
+                         * (2 * e.expert_intermediate_size / tp + m.hidden_size) * c.dtype_bytes)
+    forward = c.max_num_batched_tokens * per_token * c.dtype_bytes
     sampler = c.max_num_seqs * m.vocab_size * _SAMPLER_BYTES_PER_LOGIT
     return max(forward, sampler) + moe_workspace
 
@@ -238,10 +241,19 @@ def structural_problems(c: ServingConfig) -> list[str]:
         problems.append(f"tensor parallel size {tp} is not a multiple of the {m.num_kv_heads} KV heads")
     if m.mla is None and m.num_kv_heads >= tp and m.num_kv_heads % tp:
         problems.append(f"{m.num_kv_heads} KV heads are not divisible by tensor parallel size {tp}")
-    if c.serving_dtype == "float32" and m.torch_dtype != "float32":
+    if c.dtype != "auto":
+        refused = dtype_problem(c.dtype, m.model_type, c.gpu, mla=m.mla is not None)
+        if refused:
+            problems.append(refused)
+        elif c.serving_dtype == "float32" and c.weight_format is not WeightFormat.NONE:
+            problems.append(f"--dtype float32 is planned for unquantized weights only, not {c.weight_format} "
+                            "(vLLM 0.33.0's fp8, mxfp4 and modelopt methods refuse float32 activations; the "
+                            "others are not measured)")
+    elif c.serving_dtype == "float32" and m.torch_dtype != "float32":
         problems.append(f"vLLM runs {m.model_type} in float32 on {c.gpu.display_name} (no bfloat16 there, and it "
                         "refuses float16 for this model: numerical instability), twice the memory of the 16-bit "
-                        "weights and KV cache planned for; use a GPU of compute capability 8.0 or newer")
+                        "weights and KV cache planned for; use a GPU of compute capability 8.0 or newer, or set "
+                        "dtype float32 to plan it at 4 bytes")
     if pp > m.num_layers:
         problems.append(f"pipeline parallel size {pp} exceeds the {m.num_layers} layers")
     if c.nodes < 1 or c.pipeline_parallel_size % c.nodes:
@@ -288,14 +300,16 @@ def estimate(c: ServingConfig) -> MemoryEstimate:
     calibration = c.kv_calibration.delta_bytes(available, total) if c.kv_calibration is not None else 0.0
     available += calibration
 
-    per_token = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype)
+    per_token = kv_bytes_per_token(m, tp, pp, c.kv_cache_dtype, c.dtype_bytes)
     window_tokens = c.max_num_batched_tokens * c.vllm.in_flight_batches(pipeline_parallel_size=pp)
     per_request = kv_bytes_per_request(m, tp, pp, c.kv_cache_dtype, max_model_len=c.max_model_len,
-                                       max_num_batched_tokens=window_tokens, block_size=c.block_size)
+                                       max_num_batched_tokens=window_tokens, block_size=c.block_size,
+                                       model_dtype_bytes=c.dtype_bytes)
     concurrency = max(available, 0) / per_request if per_request else 0.0
     room = kv_capacity(m, tp, pp, c.kv_cache_dtype, available_bytes=available, max_model_len=c.max_model_len,
                        max_num_batched_tokens=window_tokens, block_size=c.block_size, limit=m.max_position_embeddings,
-                       reserve_null_block=c.vllm.reserves_null_block, group_aware_size=c.vllm.group_aware_kv_size)
+                       reserve_null_block=c.vllm.reserves_null_block, group_aware_size=c.vllm.group_aware_kv_size,
+                       model_dtype_bytes=c.dtype_bytes)
     tokens, capacity = room.tokens, room.largest_len
 
     if weights <= budget and available <= 0 and lora_slots:

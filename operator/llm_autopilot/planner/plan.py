@@ -53,6 +53,8 @@ class Targets:
     #: adapters, below which a suggestion never lowers ``max_loras``
     lora: LoRASettings | None = None
     lora_min_slots: int = 0
+    #: ``--dtype`` (``spec.vllm.dtype``): "auto" lets vLLM pick from the checkpoint and the GPU
+    dtype: str = "auto"
 
 
 @dataclass(frozen=True)

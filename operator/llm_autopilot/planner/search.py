@@ -31,6 +31,7 @@ from llm_autopilot.planner.plan import (
     Reason,
 )
 from llm_autopilot.planner.weights import stage_partition, total_parameters
+from llm_autopilot.vllm.versions import DTYPE_NAMES, dtype_problem
 
 #: Largest tensor-parallel size the suggestions consider (one node of 8 GPUs is the common case).
 _SUGGESTION_MAX_GPUS = 8
@@ -181,6 +182,7 @@ def _config(req: PlanRequest, option: WeightOption, kv: KVCacheDtype, layout: La
         lora=t.lora,
         kv_calibration=req.kv_calibration,
         max_cudagraph_capture_size=t.max_cudagraph_capture_size,
+        dtype=t.dtype,
     )
 
 
@@ -193,7 +195,7 @@ def _longest_len(cfg: ServingConfig, probe: MemoryEstimate, desired: int, concur
     headroom = max(probe.kv_cache_bytes * KV_HEADROOM, probe.budget_bytes * BUDGET_HEADROOM)
     usable = (probe.kv_cache_bytes - headroom) / concurrency
     fitting = largest_len_that_fits(cfg.model, cfg.tensor_parallel_size, cfg.pipeline_parallel_size,
-                                    cfg.kv_cache_dtype, available_bytes=usable,
+                                    cfg.kv_cache_dtype, available_bytes=usable, model_dtype_bytes=cfg.dtype_bytes,
                                     max_num_batched_tokens=cfg.max_num_batched_tokens * cfg.vllm.in_flight_batches(
                                         pipeline_parallel_size=cfg.pipeline_parallel_size),
                                     block_size=cfg.block_size, limit=desired)
@@ -394,17 +396,24 @@ def _reasons(req: PlanRequest, c: _Candidate) -> list[Reason]:
     cfg, est, t = c.config, c.estimate, req.targets
     reasons = _layout_reasons(req, c)
     options = weight_options(req, t.allowed_weight_formats)
+    note = c.option.note
+    if t.dtype != "auto" and cfg.weight_format is WeightFormat.NONE:
+        note += f", held in {cfg.serving_dtype} (dtype)"
     if c.option == options[0]:
-        reasons.append(Reason("weights", cfg.weights_label, f"{c.option.note}; the best quality allowed"))
+        reasons.append(Reason("weights", cfg.weights_label, f"{note}; the best quality allowed"))
     else:
         reasons.append(Reason("weights", cfg.weights_label,
-                              f"{c.option.note}; better formats do not fit on {_describe(c.layout, gpu)}: "
+                              f"{note}; better formats do not fit on {_describe(c.layout, gpu)}: "
                               f"{_first_problem(req, options[0], KVCacheDtype.AUTO, c.layout)}"))
     if c.kv is KVCacheDtype.AUTO:
         reasons.append(Reason("kvCacheDtype", "auto", "the model's own dtype; the best quality"))
     else:
         reasons.append(Reason("kvCacheDtype", "fp8", "the model-dtype KV cache does not hold the target length "
                                                      "and concurrency; fp8 halves the bytes per token"))
+    if t.dtype != "auto":
+        reasons.append(Reason("dtype", cfg.serving_dtype,
+                              f"set in the spec (--dtype): activations, unquantized weights and an auto KV cache in "
+                              f"{cfg.serving_dtype}, {cfg.dtype_bytes} bytes per element"))
     if cfg.cpu_offload_gib:
         reasons.append(Reason("cpuOffloadGB", f"{cfg.cpu_offload_gib:g}",
                               f"SLOW, the last resort (allowCPUOffload): nothing fits in GPU memory on "
@@ -475,6 +484,14 @@ def _unsupported(req: PlanRequest) -> str | None:
     if not _kv_options(req, t.allowed_kv_cache_dtypes):
         return (f"vLLM {req.vllm.version} cannot keep an fp8 KV cache on {gpu.display_name} (compute capability "
                 f"{gpu.compute_capability}); add auto to allowedKVCacheDtypes")
+    if t.dtype != "auto":
+        refused = dtype_problem(t.dtype, req.model.model_type, gpu, mla=req.model.mla is not None)
+        if refused:
+            return f"dtype {t.dtype} for {req.model.model_id}: {refused}"
+        formats = [o.weight_format for o in weight_options(req, t.allowed_weight_formats)]
+        if DTYPE_NAMES.get(t.dtype) == "float32" and WeightFormat.NONE not in formats:
+            return (f"dtype float32 is planned for unquantized weights only, and {req.model.model_id} is served as "
+                    f"{', '.join(map(str, formats))}; use dtype auto, or serve an unquantized checkpoint")
     return None
 
 

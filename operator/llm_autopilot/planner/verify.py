@@ -144,7 +144,7 @@ class Prediction:
 
 def predict(config: ServingConfig, estimate: MemoryEstimate) -> Prediction:
     block_bytes = kv_block_bytes(config.model, config.tensor_parallel_size, config.pipeline_parallel_size,
-                                 config.kv_cache_dtype, config.block_size)
+                                 config.kv_cache_dtype, config.block_size, model_dtype_bytes=config.dtype_bytes)
     blocks = int(max(estimate.kv_cache_bytes, 0) // block_bytes) if block_bytes else 0
     return Prediction(kv_cache_tokens=estimate.kv_cache_tokens, num_blocks=blocks, block_size=config.block_size,
                       kv_cache_bytes=max(estimate.kv_cache_bytes, 0.0), block_bytes=block_bytes,
@@ -365,7 +365,8 @@ def predict_group(config: ServingConfig) -> GroupPrediction:
     total = float(config.gpu.total_bytes)
     stages, bounds, uncalibrated = [], [], []
     for s in stage_breakdown(config):
-        block_bytes = kv_block_bytes(m, tp, pp, config.kv_cache_dtype, config.block_size, layers=s.layers)
+        block_bytes = kv_block_bytes(m, tp, pp, config.kv_cache_dtype, config.block_size, layers=s.layers,
+                                     model_dtype_bytes=config.dtype_bytes)
         room = max(s.kv_cache_bytes, 0.0)
         blocks = int(room // block_bytes) if block_bytes else 0
         stages.append(Prediction(kv_cache_tokens=blocks * config.block_size, num_blocks=blocks,
@@ -379,7 +380,7 @@ def predict_group(config: ServingConfig) -> GroupPrediction:
     printed = kv_capacity(m, tp, pp, config.kv_cache_dtype, available_bytes=b.kv_cache_bytes,
                           max_model_len=config.max_model_len, max_num_batched_tokens=window,
                           block_size=config.block_size, limit=m.max_position_embeddings,
-                          reserve_null_block=config.vllm.reserves_null_block,
+                          reserve_null_block=config.vllm.reserves_null_block, model_dtype_bytes=config.dtype_bytes,
                           group_aware_size=config.vllm.group_aware_kv_size, layers=bounds[bound])
     engine = dataclasses.replace(b, kv_cache_tokens=printed.tokens)
     return GroupPrediction(tuple(stages), bound, engine, uncalibrated[bound])

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.domain.precision import WeightFormat, weight_bytes_per_parameter
 
-#: vLLM keeps model weights and activations in 16-bit floats (fp32 configs are served as bf16/fp16).
+#: vLLM keeps model weights and activations in 16-bit floats unless ``--dtype float32`` says otherwise (fp32
+#: configs are served as bf16/fp16); the functions below take the serving dtype's bytes as ``dtype_bytes``.
 ACTIVATION_DTYPE_BYTES = 2
 _VOCAB_PADDING = 64
 #: vLLM's MXFP4 MoE kernels pad each expert's intermediate size to 256-aligned tiles (2880 -> 3072
@@ -82,9 +83,9 @@ def stage_partition(num_layers: int, pp: int) -> tuple[int, ...]:
     return tuple(partitions)
 
 
-def _bytes_per_param(m: ModelArchitecture, fmt: WeightFormat) -> float:
+def _bytes_per_param(m: ModelArchitecture, fmt: WeightFormat, dtype_bytes: int) -> float:
     if fmt is WeightFormat.NONE:
-        return ACTIVATION_DTYPE_BYTES
+        return dtype_bytes
     q = m.quantization
     if q is not None and q.weight_format is fmt:
         return weight_bytes_per_parameter(fmt, bits=q.bits, group_size=q.group_size)
@@ -100,13 +101,15 @@ class _ParamBytes:
     unquantized: float
 
 
-def _param_bytes(m: ModelArchitecture, fmt: WeightFormat) -> _ParamBytes:
-    quantized = _bytes_per_param(m, fmt)
+def _param_bytes(m: ModelArchitecture, fmt: WeightFormat, dtype_bytes: int = ACTIVATION_DTYPE_BYTES) -> _ParamBytes:
+    """Quantized layers in their format; embeddings, the LM head (a compressed-tensors checkpoint's ``ignore``
+    list), norms and routers in the serving dtype."""
+    quantized = _bytes_per_param(m, fmt, dtype_bytes)
     experts_only = fmt is WeightFormat.MXFP4 or bool(
         m.quantization and m.quantization.experts_only and m.quantization.weight_format is fmt
     )
-    attention = ACTIVATION_DTYPE_BYTES if experts_only else quantized
-    return _ParamBytes(attention, quantized, ACTIVATION_DTYPE_BYTES)
+    attention = dtype_bytes if experts_only else quantized
+    return _ParamBytes(attention, quantized, dtype_bytes)
 
 
 def _padded_for_kernels(b: _ParamBytes, fmt: WeightFormat) -> _ParamBytes:
@@ -139,18 +142,20 @@ def _vocab_matrices(m: ModelArchitecture, *, pp: int) -> int:
     return 1 if m.tie_word_embeddings else 2
 
 
-def weight_bytes_per_gpu(m: ModelArchitecture, fmt: WeightFormat, tp: int, pp: int = 1) -> float:
-    """Bytes of weights on the busiest GPU when linear layers are stored as ``fmt``."""
-    b = _padded_for_kernels(_param_bytes(m, fmt), fmt)
+def weight_bytes_per_gpu(m: ModelArchitecture, fmt: WeightFormat, tp: int, pp: int = 1, *,
+                         dtype_bytes: int = ACTIVATION_DTYPE_BYTES) -> float:
+    """Bytes of weights on the busiest GPU when linear layers are stored as ``fmt`` (the rest in ``dtype_bytes``)."""
+    b = _padded_for_kernels(_param_bytes(m, fmt, dtype_bytes), fmt)
     layers = _layer_stack(m, tp, stage_layers(m.num_layers, pp), b)
     vocab = _vocab_matrices(m, pp=pp) * padded_vocab(m) * m.hidden_size / tp * b.unquantized
     return (layers + vocab) * _checkpoint_calibration(m, fmt)
 
 
-def stage_weight_bytes(m: ModelArchitecture, fmt: WeightFormat, tp: int, pp: int) -> tuple[float, ...]:
+def stage_weight_bytes(m: ModelArchitecture, fmt: WeightFormat, tp: int, pp: int, *,
+                       dtype_bytes: int = ACTIVATION_DTYPE_BYTES) -> tuple[float, ...]:
     """Bytes of weights on one GPU of each pipeline stage: its layers, the embedding on the first stage and the
     LM head on the last (one matrix on each when tied and split)."""
-    b = _padded_for_kernels(_param_bytes(m, fmt), fmt)
+    b = _padded_for_kernels(_param_bytes(m, fmt, dtype_bytes), fmt)
     calibration = _checkpoint_calibration(m, fmt)
     vocab_matrix = padded_vocab(m) * m.hidden_size / tp * b.unquantized
     result, start = [], 0

@@ -65,6 +65,8 @@ def render_vllm_args(plan: Plan, options: ServeOptions = ServeOptions()) -> list
         "--max-num-seqs", str(c.max_num_seqs),
         "--max-num-batched-tokens", str(c.max_num_batched_tokens),
     ]
+    if c.dtype != "auto":
+        args += ["--dtype", c.dtype]
     if c.online_fp8:
         args += ["--quantization", c.vllm.online_fp8_quantization]
     if c.kv_cache_dtype is KVCacheDtype.FP8:

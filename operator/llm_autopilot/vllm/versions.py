@@ -46,13 +46,48 @@ DEFAULT_VLLM_VERSION = VLLMVersion(0, 33, 0)
 FLOAT16_REFUSED_MODEL_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text", "glm4"})
 
 
-def serving_dtype(torch_dtype: str, model_type: str, gpu: GPUSpec) -> str:
-    """The dtype vLLM's ``--dtype auto`` runs a checkpoint in on ``gpu`` (config/model.py _resolve_auto_dtype):
-    a bfloat16 checkpoint falls back to float16 on a GPU without bfloat16 (compute capability below 8.0), or
-    to float32 for a model float16 is refused for."""
+#: ``--dtype``'s values (config/model.py ``ModelDType``, 0.33.0) and the dtype each names (``half`` and ``float``
+#: are vLLM's other spellings).
+DTYPE_NAMES = {"auto": "auto", "bfloat16": "bfloat16", "float16": "float16", "half": "float16",
+               "float32": "float32", "float": "float32"}
+
+
+def serving_dtype(torch_dtype: str, model_type: str, gpu: GPUSpec, requested: str = "auto") -> str:
+    """The dtype vLLM runs a checkpoint in on ``gpu``. ``requested`` is ``--dtype``: anything but ``auto`` is taken
+    as given (config/model.py ``_get_and_verify_dtype``; :func:`dtype_problem` says what vLLM refuses). ``auto``
+    (``_resolve_auto_dtype``): a bfloat16 checkpoint falls back to float16 on a GPU without bfloat16 (compute
+    capability below 8.0), or to float32 for a model float16 is refused for; a float32 checkpoint is served in the
+    preferred of those (bfloat16 where the GPU has it)."""
+    named = DTYPE_NAMES.get(requested, requested)
+    if named != "auto":
+        return named
+    preferred = ("bfloat16" if gpu.supports_bfloat16()
+                 else "float32" if model_type in FLOAT16_REFUSED_MODEL_TYPES else "float16")
+    if torch_dtype == "float32":  # "Downcast for float32 models"
+        return preferred
     if torch_dtype != "bfloat16" or gpu.supports_bfloat16():
         return torch_dtype
-    return "float32" if model_type in FLOAT16_REFUSED_MODEL_TYPES else "float16"
+    return preferred
+
+
+def dtype_problem(requested: str, model_type: str, gpu: GPUSpec, *, mla: bool) -> str | None:
+    """Why vLLM refuses ``--dtype requested`` for this model on ``gpu`` (read in 0.33.0), or None.
+
+    - float16 for a model in ``_FLOAT16_NOT_SUPPORTED_MODELS``: ``_check_valid_dtype`` raises;
+    - bfloat16 below compute capability 8.0: ``CudaPlatform.check_if_supports_dtype`` raises;
+    - float32 with MLA: no CUDA MLA attention backend lists float32 in ``supported_dtypes``
+      (v1/attention/backends/mla/); for other attention only TRITON_ATTN and FLEX_ATTENTION do (FLASH_ATTN and
+      FLASHINFER do not), and vLLM picks TRITON_ATTN (vLLM 0.19.0's log of Llama-3.1-8B at ``--dtype float32``).
+    """
+    named = DTYPE_NAMES.get(requested, requested)
+    if named == "float16" and model_type in FLOAT16_REFUSED_MODEL_TYPES:
+        return f"vLLM refuses --dtype float16 for {model_type} (numerical instability); use bfloat16 or float32"
+    if named == "bfloat16" and not gpu.supports_bfloat16():
+        return (f"vLLM refuses --dtype bfloat16 on {gpu.display_name}: bfloat16 needs compute capability 8.0 or "
+                "newer; use float16")
+    if named == "float32" and mla:
+        return "vLLM has no float32 attention backend for MLA models on CUDA; use bfloat16 or float16"
+    return None
 OLDEST_SUPPORTED = VLLMVersion(0, 10, 2)
 
 #: The first release whose GPU engine turns async scheduling on when ``--async-scheduling`` is not given
