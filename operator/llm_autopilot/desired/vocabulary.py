@@ -27,6 +27,7 @@ from llm_autopilot.desired.world import OperatorDefaults, Target, World
 from llm_autopilot.planner import verify
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Plan
+from llm_autopilot.remediation.recovery import Recovery
 from llm_autopilot.remediation.state import Author, RemediationState
 from llm_autopilot.render import cache
 from llm_autopilot.render.workload import Shape
@@ -146,6 +147,9 @@ class Intent(Report):
     #: the plans made ("feasible"/"infeasible") and remediation's steps taken ((signal, kind)), for the counters
     plans: list[str] = field(default_factory=list)
     counts: list[tuple[str, str]] = field(default_factory=list)
+    #: remediation's steps that recovered in this pass, for llm_autopilot_step_recovery_seconds (once each: the
+    #: status records the figure, and a step with one is never looked at again)
+    recoveries: list[Recovery] = field(default_factory=list)
     #: log lines (warnings) the shell writes
     notes: list[str] = field(default_factory=list)
     #: vLLM's figures read this pass, as a sample for the calibration store (controller/calibration_store.py)
