@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from llm_autopilot.api.v1alpha1 import RemediationEvent
+from llm_autopilot.controller.observed import pod_summary
 from llm_autopilot.remediation.decide import Decision, Evidence, Probe, decide
 from llm_autopilot.remediation.ladder import Overrides
 from llm_autopilot.remediation.recovery import PodReadiness, pod_readiness
@@ -125,8 +126,8 @@ def test_a_step_records_its_plan_and_whether_the_model_serves_as_it_is_taken(
 
 
 def test_pod_readiness_reads_the_api_servers_pod_and_the_watch_summary() -> None:
-    api = {"metadata": {"annotations": {PLAN_HASH: NEW}},
-           "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-01T11:56:03Z"}]}}
+    api = {"metadata": {"annotations": {PLAN_HASH: NEW}}, "status": {"conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-01T11:56:03Z"}]}}
     summary = {"metadata": {"annotations": {PLAN_HASH: NEW}, "deletionTimestamp": "2026-12-01T11:59:00Z"},
                "status": {"ready": "True", "readySince": "2026-12-01T11:56:03Z"}}
     since = datetime(2026, 12, 1, 11, 56, 3, tzinfo=UTC)
@@ -138,6 +139,9 @@ def test_pod_readiness_reads_the_api_servers_pod_and_the_watch_summary() -> None
     assert pod_readiness(not_ready, PLAN_HASH) == PodReadiness(None, None)
     no_time = {"metadata": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     assert pod_readiness(no_time, PLAN_HASH).ready_since is None  # no time to record: never guessed
+    # the operator reads its pod watch's summaries: they keep the Ready condition's time
+    assert pod_readiness(pod_summary(api).body, PLAN_HASH) == PodReadiness(NEW, since)
+    assert pod_readiness(pod_summary(not_ready).body, PLAN_HASH) == PodReadiness(None, None)
 
 
 LIMITS = Limits(max_steps=3, spec_replicas=1, max_replicas=None, max_gpus=8, node_memory_gib=0,
