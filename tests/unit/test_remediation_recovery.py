@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import kopf
 import pytest
 from prometheus_client import REGISTRY
 
@@ -17,7 +18,7 @@ from llm_autopilot.remediation.ladder import Overrides
 from llm_autopilot.remediation.recovery import PodReadiness, pod_readiness
 from llm_autopilot.remediation.state import Author, Limits, RemediationState
 from llm_autopilot.render.kubernetes import PLAN_HASH
-from tests.unit.fakes import Run
+from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, Run, operator_on
 from tests.unit.test_remediation import running
 from tests.unit.test_remediation_decide import OOM, policy
 from tests.unit.test_remediation_shell import QWEN_H100
@@ -173,30 +174,37 @@ def observed(signal: str, served: str) -> float:
     return value or 0.0
 
 
-def test_the_reconcile_records_the_recovery_once_and_observes_the_histogram_once() -> None:
-    run = Run(QWEN_H100)
+def test_the_recovery_is_recorded_once_and_the_histogram_observed_once_with_the_status_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the Deployment watch's reconcile (operator.owner_changed): a status write refused with a 409 is
+    decided again and observed only once it is written; a restarted operator reads the figure and observes nothing."""
+    monkeypatch.setattr(kopf, "event", lambda *_, **__: None)  # Events need Kopf's running context
+    cluster = FakeCluster()
+    run = Run(QWEN_H100, cluster=cluster)
     run.once()
-    old = run.cluster.plan_hash()
-    run.cluster.crash(reason="OOMKilled", exit_code=137)  # the only pod: not Ready
+    old = cluster.plan_hash()
+    cluster.crash(reason="OOMKilled", exit_code=137)  # the only pod: not Ready
     run.once()
     (entry,) = run.remediation["history"]
-    new = run.cluster.plan_hash()
+    new = cluster.plan_hash()
     assert entry["planHash"] == new != old and entry["servedThroughout"] is False and "recoveredSeconds" not in entry
     taken = datetime.fromisoformat(entry["time"])
-    since = (taken + timedelta(seconds=75)).replace(microsecond=0)
-    before = observed("OOMKilled", "false")
-    run.cluster.pod_list = [
+    since = taken + timedelta(seconds=75)
+    cluster.pod_list = [
         {"metadata": {"name": "x-1", "annotations": {PLAN_HASH: old}}, "status": {"conditions": [
             {"type": "Ready", "status": "True", "lastTransitionTime": (taken + timedelta(seconds=5)).isoformat()}]}},
         {"metadata": {"name": "x-2", "annotations": {PLAN_HASH: new}}, "status": {"conditions": [
             {"type": "Ready", "status": "True", "lastTransitionTime": since.isoformat()}]}}]
-    run.once()
-    (entry,) = run.remediation["history"]
-    seconds = round((since - taken).total_seconds(), 1)
-    assert (entry["recoveredSeconds"], entry["servedThroughout"]) == (seconds, False)
-    assert "Recovered" in run.reasons() and observed("OOMKilled", "false") == before + 1
-    run.once()
-    restarted = Run(QWEN_H100, cluster=run.cluster, status=run.status)  # a new process: a new gatherer
-    restarted.once()
-    assert "Recovered" not in run.reasons() + restarted.reasons() and observed("OOMKilled", "false") == before + 1
-    assert restarted.remediation["history"] == run.remediation["history"]
+    cluster.llmd = {"metadata": {"name": NAME, "uid": "uid", "generation": 1, "resourceVersion": "7"},
+                    "spec": QWEN_H100, "status": run.status}
+    before, patches = observed("OOMKilled", "false"), len(cluster.status_patches)
+    cluster.conflicts = 1  # the first write is refused: nothing observed for it
+    operator_on(cluster).owner_changed(NAMESPACE, NAME)
+    (entry,) = cluster.llmd["status"]["remediation"]["history"]
+    assert (entry["recoveredSeconds"], entry["servedThroughout"]) == (75.0, False)
+    assert observed("OOMKilled", "false") == before + 1 and len(cluster.status_patches) == patches + 1
+    for _ in range(2):  # later looks, and a restarted operator (a new process: nothing remembered)
+        operator_on(cluster).owner_changed(NAMESPACE, NAME)
+    assert observed("OOMKilled", "false") == before + 1 and len(cluster.status_patches) == patches + 1
+    again = Run(QWEN_H100, cluster=cluster, status=cluster.llmd["status"]).once()
+    assert not again.recoveries and "Recovered" not in [reason for _, reason, _ in again.events]

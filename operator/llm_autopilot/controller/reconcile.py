@@ -356,9 +356,6 @@ class Reconciler:
             telemetry.PLANS.labels(outcome).inc()
         for signal, kind in decided.counts:
             telemetry.REMEDIATION_STEPS.labels(signal, kind).inc()
-        for recovered in decided.recoveries:
-            telemetry.STEP_RECOVERY_SECONDS.labels(recovered.signal, str(recovered.served_throughout).lower()).observe(
-                recovered.seconds)
         _record_calibration(self, decided)
         for effect in decided.effects:
             EFFECTS[type(effect)](self, effect)

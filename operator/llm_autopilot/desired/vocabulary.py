@@ -124,6 +124,9 @@ class Report:
     plan_hash: str | None = None
     metrics: str = ""
     kv_question: tuple[int, float] | None = None
+    #: remediation's steps that recovered in this pass: the shell observes llm_autopilot_step_recovery_seconds
+    #: once the status that records them is written, with the Events (a write lost or refused decides again)
+    recoveries: list[Recovery] = field(default_factory=list)
 
 
 @dataclass
@@ -147,9 +150,6 @@ class Intent(Report):
     #: the plans made ("feasible"/"infeasible") and remediation's steps taken ((signal, kind)), for the counters
     plans: list[str] = field(default_factory=list)
     counts: list[tuple[str, str]] = field(default_factory=list)
-    #: remediation's steps that recovered in this pass, for llm_autopilot_step_recovery_seconds (once each: the
-    #: status records the figure, and a step with one is never looked at again)
-    recoveries: list[Recovery] = field(default_factory=list)
     #: log lines (warnings) the shell writes
     notes: list[str] = field(default_factory=list)
     #: vLLM's figures read this pass, as a sample for the calibration store (controller/calibration_store.py)
