@@ -13,6 +13,7 @@ import json
 import re
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -65,7 +66,7 @@ def test_max_model_len_above_the_real_kv_room_is_lowered_to_vllms_estimate(
         kubectl: Kubectl, namespace: str, kv_room: Any, tmp_path: Path) -> None:
     kv_room(4 * MIB)  # 8,192 tokens of 512 bytes: vLLM admits at most 8,064 (one block is the null block)
     since = time.time() - 1
-    with operator_for(kubectl, namespace, tmp_path):
+    with operator_for(kubectl, namespace, tmp_path) as operator:
         apply(kubectl, namespace, tiny("kv", serving={"maxModelLen": 16384, "minMaxModelLen": 2048}))
         steps = wait_steps(kubectl, namespace, "kv", 1, START_SECONDS)
         step = steps[0]
@@ -78,8 +79,15 @@ def test_max_model_len_above_the_real_kv_room_is_lowered_to_vllms_estimate(
         assert plan["maxModelLen"] == 7936  # 8064 rounded down to 256
         crashed_at = evidence["finishedAt"]
         pod = serving(kubectl, namespace, "kv")
+        step_to_serving = seconds_since(step["time"])  # the pod was Ready before this: an upper bound
         assert arg(pod, "--max-model-len") == "7936"
         assert "estimated maximum model length is 8064" in describe(kubectl, namespace, "kv")
+        recovered = _recovery_of(kubectl, namespace, "kv", operator.env["LLM_AUTOPILOT_METRICS_PORT"])
+        # the first pod of the new plan was Ready after the step and before the test saw it serve; the only pod
+        # before the step never started serving, so the model was down until then
+        assert 0 < recovered["recoveredSeconds"] <= step_to_serving, (recovered, step_to_serving)
+        assert recovered["servedThroughout"] is False and recovered["planHash"] == pod["metadata"]["annotations"][
+            "llm-autopilot.io/plan-hash"], recovered
         # the serving pod downloaded its weights from the Hub into its own emptyDir: nothing was pre-filled
         started = datetime.fromisoformat(pod["status"]["startTime"].replace("Z", "+00:00")).timestamp()
         weights = [d for d in hub_downloads(kubectl, started, {pod["status"]["podIP"]})
@@ -87,12 +95,35 @@ def test_max_model_len_above_the_real_kv_room_is_lowered_to_vllms_estimate(
         assert len(weights) == 1 and weights[0]["bytes"] > 0, weights
         downloaded = sum(d["bytes"] for d in hub_downloads(kubectl, since))
         report("KV capacity", vllm_line=evidence["message"][:160], failure_to_serving_s=round(
-            seconds_since(crashed_at)), max_model_len="16384 -> 7936", hub_bytes_downloaded=downloaded)
+            seconds_since(crashed_at)), max_model_len="16384 -> 7936", hub_bytes_downloaded=downloaded,
+            recovered_s=recovered["recoveredSeconds"], test_step_to_serving_s=round(step_to_serving, 1))
         verified = _verification_of(kubectl, namespace, "kv", pod)
         # a log reading has no actualBlocks (the CPU build's log line prints tokens only): report what is there
         report("verification (4 MiB KV room)", **{k: verified.get(k) for k in (
             "source", "predictedTokens", "actualTokens", "predictedBlocks", "actualBlocks", "predictedKVGiB",
             "actualKVGiB", "errorPercent")})
+
+
+def _recovery_of(kubectl: Kubectl, namespace: str, name: str, metrics_port: str) -> dict[str, Any]:
+    """The first step's recovery as the status records it, with its Recovered Event and the operator's histogram
+    sample (recorded at the reconcile after the new plan's pod became Ready)."""
+    entry: dict[str, Any] = wait_for("the step's recoveredSeconds", lambda: next(
+        (s for s in history(kubectl, namespace, name)[:1] if "recoveredSeconds" in s), None), timeout=120, interval=2)
+    events = kubectl.json("events", "-n", namespace, "--field-selector",
+                          f"involvedObject.name={name},reason=Recovered")["items"]
+    assert len(events) == 1 and events[0]["type"] == "Normal", events
+    assert f"Ready {entry['recoveredSeconds']:.0f} s after the step" in events[0]["message"], (events, entry)
+
+    def sample() -> str | None:  # observed once the status is written: a moment after the test may read it
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as answer:
+            lines = answer.read().decode().splitlines()
+        return next((line for line in lines if line.startswith("llm_autopilot_step_recovery_seconds_count{")
+                     and f'signal="{entry["signal"]}"' in line and 'served_throughout="false"' in line
+                     and not line.endswith(" 0.0")), None)
+
+    assert wait_for("the operator's llm_autopilot_step_recovery_seconds sample", sample, timeout=30,
+                    interval=1).endswith(" 1.0")
+    return entry
 
 
 def _verification_of(kubectl: Kubectl, namespace: str, name: str, pod: dict[str, Any]) -> dict[str, Any]:

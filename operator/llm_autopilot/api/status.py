@@ -92,6 +92,19 @@ class RemediationEvent(StatusModel):
     action: str = Field(description="What changed.")
     message: str = Field("", description="Why, in one line.")
     evidence: dict[str, str] = Field(default_factory=dict, description="Query, value, pod, time, source...")
+    # a step's recovery (remediation/recovery.py); absent on a relax and on steps recorded before them
+    plan_hash: str | None = Field(None, max_length=64, description="The plan the step rolled to (its pods' "
+                                                                    "plan hash); set on steps, not on relaxes.")
+    recovered_seconds: float | None = Field(
+        None, ge=0, description="Seconds from the step (time) to the first pod of its plan Ready (the pod's Ready "
+                                "condition lastTransitionTime); recorded once. Absent: not recovered yet, or "
+                                "superseded.")
+    served_throughout: bool | None = Field(
+        None, description="true: a Ready pod served the model at every look from the step to its recovery (a "
+                          "surge); false: the operator saw no Ready pod at some point (set when seen).")
+    superseded: bool | None = Field(
+        None, description="true: a later step, a relax or a spec change replaced this step's plan before any of "
+                          "its pods was Ready; no recovery figure is recorded.")
 
 
 class RemediationOverridesBase(StatusModel):

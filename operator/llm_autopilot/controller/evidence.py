@@ -36,6 +36,7 @@ from llm_autopilot.remediation.evidence import (
     rollout_complete,
 )
 from llm_autopilot.remediation.lora_slots import LoRAActivity, lora_query, read_activity, with_lora
+from llm_autopilot.remediation.recovery import pod_readiness
 from llm_autopilot.remediation.saturation import KV_SATURATION, SaturationRule, pod_selector
 from llm_autopilot.render.kubernetes import CONTAINER, PLAN_HASH, instance_selector
 
@@ -78,16 +79,17 @@ class Gatherer(PodReader):
                    if ((p.get("metadata") or {}).get("annotations") or {}).get(PLAN_HASH) == target.plan_hash]
         rollout = rollout_complete(target.deployment, plan_hash=target.plan_hash, plan_hash_annotation=PLAN_HASH,
                                    replicas=target.replicas)
+        readiness = tuple(pod_readiness(p, PLAN_HASH) for p in pods)
         metrics, detail, saturation = self.kv_saturation(target.namespace, current, window=target.kv_window,
                                                          threshold=target.kv_threshold)
         if metrics in (Metrics.UNAVAILABLE, Metrics.REJECTED):
-            return Evidence(None, None, metrics, detail, rollout, target.plan_hash)
+            return Evidence(None, None, metrics, detail, rollout, target.plan_hash, pods=readiness)
         if saturation is not None and target.lora:
             saturation = with_lora(saturation, self.lora_activity(target.namespace, current))
         termination = latest_termination(pods, container=CONTAINER, plan_hash=target.plan_hash,
                                          plan_hash_annotation=PLAN_HASH)
         crash = self._crash(target, termination) if termination is not None else None
-        return Evidence(crash, saturation, metrics, detail, rollout, target.plan_hash)
+        return Evidence(crash, saturation, metrics, detail, rollout, target.plan_hash, pods=readiness)
 
     def lora_activity(self, namespace: str, pods: list[str]) -> tuple[LoRAActivity, ...]:
         """Each pod's newest LORA_REQUESTS_INFO series (one instant query for all). Never raises: Prometheus

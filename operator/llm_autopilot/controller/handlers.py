@@ -139,6 +139,7 @@ def _finish(out: Outcome, body: kopf.Body, patch: kopf.Patch, what: str) -> None
     telemetry.WRITES.inc(out.writes + (1 if out.status else 0))
     for key, value in out.status.items():
         patch.status[key] = value
+    telemetry.observe_recoveries(out.recoveries)  # with the status Kopf writes from ``patch``, before its Events
     for type_, reason, message in out.events:
         kopf.event(body, type=type_, reason=reason, message=message[:1000])
     if out.retry:

@@ -118,7 +118,10 @@ def pod_summary(body: Mapping[str, Any]) -> Summary:
     meta, status = _meta(body), body.get("status") or {}
     containers = [{key: copy.deepcopy(cs.get(key)) for key in ("name", "restartCount", "ready", "state", "lastState")
                    if cs.get(key) is not None} for cs in status.get("containerStatuses") or []]
-    ready = [c.get("status") for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    ready_conditions = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    ready = [c.get("status") for c in ready_conditions]
+    # since when it is Ready (the condition's own time): a remediation step's recovery (remediation/recovery.py)
+    since = ready_conditions[0].get("lastTransitionTime") if ready == ["True"] else None
     gate = [c.get("status") for c in status.get("conditions") or [] if c.get("type") == BURN_IN_GATE]
     # a group pod's group and rank (render/groups.py rank_of): its stage for verification, its leader for the
     # burn-in; none on a Deployment's pod
@@ -128,7 +131,8 @@ def pod_summary(body: Mapping[str, Any]) -> Summary:
                      "annotations": {PLAN_HASH: _annotation(body, PLAN_HASH)},
                      **({"labels": ranks} if ranks else {}),
                      **({"deletionTimestamp": meta["deletionTimestamp"]} if meta.get("deletionTimestamp") else {})},
-        "status": {"phase": status.get("phase"), "ready": ready[0] if ready else None, "containerStatuses": containers,
+        "status": {"phase": status.get("phase"), "ready": ready[0] if ready else None,
+                   **({"readySince": since} if since else {}), "containerStatuses": containers,
                    "podIP": status.get("podIP"),  # where controller/lora_runtime.py reaches its vLLM
                    **({"burnIn": gate[0]} if gate else {})},  # the burn-in's readiness gate (desired/burn_in.py)
     })

@@ -398,6 +398,8 @@ class Operator:
                         raise
                     continue
                 telemetry.WRITES.inc()
+            # once written (a 409 above decided, and records, again), before the Events: each is a POST
+            telemetry.observe_recoveries(out.recoveries)
             for type_, reason, message in out.events:
                 kopf.event(kopf.Body(cast(kopf.RawBody, dict(parent))), type=type_, reason=reason,
                            message=message[:1000])

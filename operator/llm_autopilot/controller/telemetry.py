@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from llm_autopilot.remediation.recovery import Recovery
 
 RECONCILES = Counter("llm_autopilot_reconciles_total", "Reconciles of LLMDeployments by result.", ["result"])
 PLANS = Counter("llm_autopilot_plans_total", "Plans by outcome (feasible, infeasible).", ["outcome"])
@@ -15,8 +19,21 @@ RESYNCS = Counter("llm_autopilot_resyncs_total", "Resyncs by result: quiet (noth
                   "so nothing was planned, rendered or read) or full.", ["result"])
 CHECKED = Gauge("llm_autopilot_llmdeployments_checked", "LLMDeployments reconciled at least once by this process.")
 WRITES = Counter("llm_autopilot_kubernetes_writes_total", "Objects written (server-side apply, status patches).")
+STEP_RECOVERY_SECONDS = Histogram(
+    "llm_autopilot_step_recovery_seconds",
+    "Per remediation step: seconds from the step to the first pod of its plan Ready (the pod's Ready condition "
+    "time), by signal and whether a Ready pod served the model throughout (a surge) or not.",
+    ["signal", "served_throughout"],
+    buckets=(10, 20, 30, 45, 60, 90, 120, 180, 300, 450, 600, 900, 1200, 1800, 3600))
 PLAN_SECONDS = Histogram("llm_autopilot_plan_duration_seconds", "Time to plan one LLMDeployment.",
                          buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0))
+
+
+def observe_recoveries(recoveries: Iterable[Recovery]) -> None:
+    """The steps that recovered, once the status recording them is written (never for a write that failed)."""
+    for recovered in recoveries:
+        STEP_RECOVERY_SECONDS.labels(recovered.signal, str(recovered.served_throughout).lower()).observe(
+            recovered.seconds)
 
 
 def serve(port: int, addr: str) -> None:
@@ -38,6 +55,9 @@ def _initialise() -> None:
     for signal in Signal:
         for kind in ("step", "exhausted"):
             REMEDIATION_STEPS.labels(signal.value, kind)
+        if signal.is_memory:  # the signals a step answers
+            for served in ("true", "false"):
+                STEP_RECOVERY_SECONDS.labels(signal.value, served)
     REMEDIATION_STEPS.labels("Calm", "relax")
 
 

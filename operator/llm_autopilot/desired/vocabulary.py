@@ -27,6 +27,7 @@ from llm_autopilot.desired.world import OperatorDefaults, Target, World
 from llm_autopilot.planner import verify
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Plan
+from llm_autopilot.remediation.recovery import Recovery
 from llm_autopilot.remediation.state import Author, RemediationState
 from llm_autopilot.render import cache
 from llm_autopilot.render.workload import Shape
@@ -123,6 +124,9 @@ class Report:
     plan_hash: str | None = None
     metrics: str = ""
     kv_question: tuple[int, float] | None = None
+    #: remediation's steps that recovered in this pass: the shell observes llm_autopilot_step_recovery_seconds
+    #: once the status that records them is written, with the Events (a write lost or refused decides again)
+    recoveries: list[Recovery] = field(default_factory=list)
 
 
 @dataclass

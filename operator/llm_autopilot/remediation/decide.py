@@ -9,6 +9,7 @@ every step the decision takes is one the planner can place.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +22,7 @@ from llm_autopilot.remediation.evidence import Crash
 from llm_autopilot.remediation.guards import Policy, State, Verdict, backoff_after_signal
 from llm_autopilot.remediation.guards import decide as guard
 from llm_autopilot.remediation.ladder import Overrides, Running, candidates
+from llm_autopilot.remediation.recovery import PodReadiness, Recovery, track
 from llm_autopilot.remediation.state import RemediationState
 
 METRICS_AVAILABLE = "MetricsAvailable"
@@ -55,6 +57,8 @@ class Evidence:
     #: a new pod's burn-in found the KV cache too small (desired/burn_in.py), and the key that names it
     burn_in: Classification | None = None
     burn_in_key: str = ""
+    #: every pod of the LLMDeployment (any plan) and its readiness: each step's recovery (remediation/recovery.py)
+    pods: tuple[PodReadiness, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,8 @@ class Probe:
     plans: bool
     changes: bool = True
     problem: str = ""
+    #: the plan hash of the candidate's pods (a step records it: its recovery is its first pod Ready)
+    plan_hash: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,8 @@ class Decision:
     events: tuple[Note, ...] = ()
     #: (signal, kind) increments of llm_autopilot_remediation_steps_total
     counts: tuple[tuple[str, str], ...] = ()
+    #: the steps that recovered in this pass (llm_autopilot_step_recovery_seconds, their Recovered Events)
+    recoveries: tuple[Recovery, ...] = ()
 
 
 @dataclass
@@ -135,14 +143,29 @@ def _pick(evidence: Evidence, state: RemediationState, policy: RemediationPolicy
 
 
 def _event(now: datetime, rung: int, signal: str, action: str, message: str,
-           evidence: dict[str, str]) -> RemediationEvent:
+           evidence: dict[str, str], plan_hash: str | None = None) -> RemediationEvent:
     return RemediationEvent(time=now, rung=rung, signal=signal, action=action, message=message[:_EXCERPT],
-                            evidence={k: v[:_EXCERPT] for k, v in evidence.items()})
+                            evidence={k: v[:_EXCERPT] for k, v in evidence.items()}, plan_hash=plan_hash)
 
 
 def decide(evidence: Evidence, state: RemediationState, policy: RemediationPolicy, running: Running, *,
            now: datetime, probe: Callable[[Overrides], Probe]) -> Decision:
-    """What remediation does with this evidence. ``probe`` must be pure (the planner and renderer are)."""
+    """What remediation does with this evidence, and each step's recovery as the pods show it (after the
+    decision, so the step taken in this pass is judged on the pods seen in it too). ``probe`` must be pure (the
+    planner and renderer are)."""
+    decision = _decide(evidence, state, policy, running, now=now, probe=probe)
+    # a changed plan in force is the new last entry's own (a step) or replaces every earlier one (a relax)
+    history, recoveries = track(decision.state.history, evidence.pods,
+                                None if decision.changed or not evidence.plan_id else evidence.plan_id)
+    if not recoveries and history == decision.state.history:
+        return decision
+    notes = tuple(Note("Normal", "Recovered", r.message) for r in recoveries)
+    return dataclasses.replace(decision, state=decision.state.model_copy(update={"history": history}),
+                               events=decision.events + notes, recoveries=recoveries)
+
+
+def _decide(evidence: Evidence, state: RemediationState, policy: RemediationPolicy, running: Running, *,
+            now: datetime, probe: Callable[[Overrides], Probe]) -> Decision:
     draft = _Draft(state)
     in_force = state.overrides
     if evidence.metrics is Metrics.UNAVAILABLE:
@@ -205,7 +228,7 @@ def _step(draft: _Draft, signal: Classification, key: str, running: Running, in_
         message = f"{signal.summary} -> {candidate.action}"
         rung = draft.state.rung + 1
         draft.state = draft.state.with_step(candidate.overrides, now, _event(
-            now, rung, signal.signal.value, candidate.action, message, signal.evidence))
+            now, rung, signal.signal.value, candidate.action, message, signal.evidence, answer.plan_hash))
         draft.conditions.append(ConditionUpdate(DEGRADED, False, "Remediated", f"rung {rung}: {message}"))
         draft.events.append(Note("Warning", "Remediated", f"rung {rung}: {message}"))
         draft.counts.append((signal.signal.value, "step"))

@@ -134,7 +134,8 @@ def remediate(d: Draft, ctx: Context, current: Rendered, state: RemediationState
         if not isinstance(choice.result, Plan):
             return Probe(False, problem=choice.result.message)
         renders[overrides] = render(ctx, choice, overrides, d.owner, d.settings, live)
-        return Probe(True, changes=not renders[overrides].same_objects(current))
+        return Probe(True, changes=not renders[overrides].same_objects(current),
+                     plan_hash=renders[overrides].plan_hash)
 
     decision = decide(evidence, state, ctx.spec.remediation, running(current, ctx), now=d.now, probe=probe)
     return (renders[decision.overrides] if decision.changed else current), decision
@@ -150,13 +151,14 @@ def outage(decision: Decision, reason: str, final: Rendered) -> str:
 
 
 def record(d: Draft, decision: Decision, final: Rendered) -> None:
-    """The decision's state, conditions, events and counters, once its objects are written."""
+    """The decision's state, conditions, events, counters and recoveries, once its objects are written."""
     d.state = decision.state
     for c in decision.conditions:
         d.condition(c.type, c.status, c.reason, c.message)
     for note in decision.events:
         d.event(note.type, note.reason, note.message + outage(decision, note.reason, final))
     d.out.counts += list(decision.counts)
+    d.out.recoveries += list(decision.recoveries)
 
 
 def note_inputs(d: Draft, ctx: Context, final: Rendered) -> None:
