@@ -117,7 +117,7 @@ def test_a_forged_status_step_is_dropped_not_applied(kubectl: Kubectl, operator:
     operator.wait_reconciles(namespace, "qwen", 1, since=mark)
     events = wait_for("the UnattributedRemediation Event", lambda: kubectl.json(
         "events", "-n", namespace, "--field-selector", "reason=UnattributedRemediation")["items"], 30)
-    assert "not recorded by the operator" in events[0]["message"]
+    assert "not attested by this operator" in events[0]["message"], events[0]["message"]
     after = kubectl.json("deployment", "qwen", "-n", namespace)
     assert after["metadata"]["generation"] == before["metadata"]["generation"]
     assert args_of(after) == args_of(before) and remediation(kubectl, namespace)["rung"] == 0
