@@ -102,6 +102,9 @@ bench-calibration: install ## The KV error before and after a leave-one-out cali
 golden: install ## Print how close the memory model comes to every golden vLLM log
 	$(BIN)/python -m tests.bench.golden_report
 
+bench-accuracy: install ## The planner's KV-cache error per vLLM release on the golden GPU logs, and the releases 0.11-0.33 with none (no cluster)
+	$(BIN)/python -m tests.bench.golden_report releases
+
 golden-vllm: install ## Record the real CPU vLLM's KV-cache lines for tests/data/vllm_cpu_kv_golden.json (~10 min)
 	$(PYTHON) hack/record_vllm_kv.py
 
