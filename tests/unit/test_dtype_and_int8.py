@@ -26,6 +26,7 @@ from llm_autopilot.planner.weights import weight_bytes_per_gpu
 from llm_autopilot.render.vllm_args import render_vllm_args
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION, VLLMBehaviour, behaviour_of, serving_dtype
 from tests.conftest import gpu, model
+from tests.unit.test_memory import config as memory_config
 
 CONFIGS = Path(llm_autopilot.catalog.__file__).parent / "models"
 #: RedHatAI's W8A8 checkpoints (llm-compressor): int8 weights per output channel, dynamic per-token int8
@@ -44,12 +45,8 @@ def llama_w8a8() -> Any:
 
 
 def config(vllm: VLLMBehaviour, **changes: object) -> ServingConfig:
-    base = ServingConfig(
-        model=model("meta-llama/Llama-3.1-8B-Instruct"), gpu=gpu("nvidia-h100-80gb"), vllm=vllm,
-        tensor_parallel_size=1, pipeline_parallel_size=1, gpu_memory_utilization=0.9, max_model_len=8192,
-        max_num_seqs=256, max_num_batched_tokens=8192,
-    )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    """test_memory's Llama-3.1-8B on an H100, with llm-d-planner's 8,192 batched tokens."""
+    return memory_config(vllm, **{"max_num_batched_tokens": 8192, **changes})
 
 
 # --- INT8 W8A8 checkpoints -------------------------------------------------------------------------------------------

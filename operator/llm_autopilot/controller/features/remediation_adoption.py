@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from llm_autopilot.controller.pod_reads import runs_plan
 from llm_autopilot.controller.world_reads import workload_view
 from llm_autopilot.desired.remediation_adoption import RunningPlan, RunningPlanAsk
-from llm_autopilot.render.kubernetes import PLAN_HASH
 
 if TYPE_CHECKING:
     from llm_autopilot.controller.reconcile import Reconciler
@@ -17,9 +17,8 @@ if TYPE_CHECKING:
 
 def _read(r: Reconciler, ask: RunningPlanAsk) -> RunningPlan:
     view = workload_view(r.kube, ask.workload) or {}
-    template = ((view.get("spec") or {}).get("template") or {}).get("metadata") or {}
-    carried = (template.get("annotations") or {}).get(PLAN_HASH)
-    return RunningPlan(ask.workload.plan_hash, carried == ask.workload.plan_hash)
+    template = (view.get("spec") or {}).get("template") or {}  # its metadata carries the plan hash, as a pod's
+    return RunningPlan(ask.workload.plan_hash, runs_plan(template, ask.workload.plan_hash))
 
 
 READERS: dict[type, Callable[[Reconciler, Any], object]] = {RunningPlanAsk: _read}
