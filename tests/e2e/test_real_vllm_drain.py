@@ -46,7 +46,9 @@ STREAMS = 4
 #: how long each stream should last at the rate measured on the pod: longer than the new pod's readiness (up to
 #: 15 s after its /health answers), the Deployment's scale-down and the 10 s preStop wait together
 STREAM_SECONDS = 75
-MAX_MODEL_LEN = 16384
+#: the tiny model's own maximum: room for long streams (4 x 30,000 tokens fit the nodes' 131,072-token KV room)
+MAX_MODEL_LEN = 32768
+MAX_STREAM_TOKENS = 30000
 PROMPT = [11, 12, 13, 14, 15, 16, 17, 18]
 
 
@@ -169,7 +171,7 @@ def test_a_replaced_pod_finishes_its_streams_and_new_requests_go_to_the_new_pod(
         assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "10"]
         assert old["spec"]["terminationGracePeriodSeconds"] == 10 + DRAIN_SECONDS + 15
         rate = tokens_per_second(old_ip)
-        max_tokens = min(MAX_MODEL_LEN - len(PROMPT), max(1000, int(rate * STREAM_SECONDS)))
+        max_tokens = min(MAX_STREAM_TOKENS, max(1000, int(rate * STREAM_SECONDS)))
 
         # a change of the pod template: the Deployment surges a new pod onto the second node, then deletes the old
         apply(kubectl, namespace, tiny(NAME, **{**spec, "vllm": {**spec["vllm"], "env": [
