@@ -14,6 +14,7 @@ from unittest import mock
 
 import pytest
 
+from llm_autopilot.api.conditions import conditions_status
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
 from llm_autopilot.controller import world_reads
@@ -163,7 +164,7 @@ CASES: dict[str, Case] = {
 
 
 def _conditions(intent: Intent) -> dict[str, tuple[str, str]]:
-    return {c["type"]: (c["status"], c.get("reason", "")) for c in intent.conditions}
+    return {c.type: (c.status, c.reason) for c in intent.conditions}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -182,8 +183,8 @@ def test_desired_writes_each_condition(name: str) -> None:
         assert type_ not in got, f"{name}: {type_} written"
     assert intent.retry is case.retry, name
     assert bool(intent.objects) is case.applies, name
-    assert intent.status["conditions"] == intent.conditions  # a first pass: every condition is new
-    assert {c["lastTransitionTime"] for c in intent.conditions} == {"2031-05-17T08:30:00Z"}  # the clock given
+    assert intent.status["conditions"] == conditions_status(intent.conditions)  # a first pass: all new
+    assert {c.last_transition_time for c in intent.conditions} == {"2031-05-17T08:30:00Z"}  # the clock given
 
 
 def test_desired_asks_for_the_workload_and_evidence_of_the_plan_in_force_first() -> None:

@@ -70,9 +70,12 @@ class PlanStatus(APIModel):
     lora_adapters: list[str] = Field(default_factory=list, description="Served LoRA adapter names.")
 
 
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
 class Condition(APIModel):
     type: str = Field(description="Planned, Ready, Degraded, MetricsAvailable...")
-    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase reason.")
     message: str = Field("", description="Human-readable explanation.")
     last_transition_time: str | None = Field(None, description="When status last changed (RFC 3339).")

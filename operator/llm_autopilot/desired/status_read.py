@@ -10,7 +10,7 @@ verified, burnt in, chosen again), named once (the StatusForged Event) and remov
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,11 +79,11 @@ def _parses(model: type[Condition] | type[LLMDeploymentStatus], value: Any, root
     return True
 
 
-def status_read_condition(read: StatusRead, conditions: list[dict[str, Any]]) -> tuple[bool, str, str] | None:
+def status_read_condition(read: StatusRead, conditions: Sequence[Condition]) -> tuple[bool, str, str] | None:
     """StatusRead: False while a field does not parse; True again once it does (None: never said, nothing to say)."""
     if read.problems:
         return False, "Unreadable", ("; ".join(read.problems)[:400] + ": set aside, decided again from the spec "
                                      "and the cluster")
-    if any(c.get("type") == STATUS_READ for c in conditions):
+    if any(c.type == STATUS_READ for c in conditions):
         return True, "Readable", "every field of the status parses"
     return None

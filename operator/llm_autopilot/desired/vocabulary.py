@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from llm_autopilot.api.conditions import PLANNED, set_condition
+from llm_autopilot.api.conditions import PLANNED, conditions_status, set_condition
+from llm_autopilot.api.status import Condition
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
 from llm_autopilot.desired.calibration import SampleToRecord
 from llm_autopilot.desired.patch import merge_patch
@@ -136,7 +137,7 @@ class Intent(Report):
     step, the calibration chosen). ``asks``: not decided yet, read these first."""
 
     objects: list[dict[str, Any]] = field(default_factory=list)
-    conditions: list[dict[str, Any]] = field(default_factory=list)
+    conditions: tuple[Condition, ...] = ()
     step: dict[str, Any] | None = None
     #: status.kvCalibration's patch when the choice is new and the operator keeps a store, recorded with ``step``
     #: before the objects: a choice applied but unrecorded would be made again from the store as it is then
@@ -192,7 +193,7 @@ class Draft:
         self.out = Intent()
         self.now = now
         self.stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.conditions: list[dict[str, Any]] = list(self.status.get("conditions") or [])
+        self.conditions: tuple[Condition, ...] = tuple(self.read.conditions)
         #: the remediation state as read, and as it stands now (None until the spec could be resolved)
         self.origin: RemediationState | None = None
         self.state: RemediationState | None = None
@@ -250,7 +251,7 @@ class Draft:
         return self.finish()
 
     def finish(self) -> Intent:
-        self.put("conditions", self.conditions)
+        self.put("conditions", conditions_status(self.conditions))
         self.put("observedGeneration", self.generation)
         if self.state is not None:
             self.state = self.state.attested(self.author)

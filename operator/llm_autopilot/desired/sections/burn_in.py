@@ -4,6 +4,7 @@ load is remediation evidence."""
 
 from __future__ import annotations
 
+from llm_autopilot.api.conditions import without_condition
 from llm_autopilot.api.v1alpha1 import BurnInStatus, LLMDeploymentSpec, PodBurnInStatus
 from llm_autopilot.desired import burn_in
 from llm_autopilot.desired.burn_in import BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInReading, BurnInStart
@@ -35,7 +36,7 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
     returns the KV-saturation evidence a failed run gave (its key, its signal)."""
     wanted = spec.verification.burn_in
     if wanted is None:
-        d.conditions = [c for c in d.conditions if c.get("type") != burn_in.BURN_IN_PASSED]
+        d.conditions = without_condition(d.conditions, burn_in.BURN_IN_PASSED)
         d.put("burnIn", None)
         d.out.effects.append(BurnInKeep(()))
         return None

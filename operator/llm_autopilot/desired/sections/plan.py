@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready
+from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, get_condition
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.desired.planning import Rendered
 from llm_autopilot.desired.vocabulary import Draft
@@ -49,7 +49,7 @@ def report_plan(d: Draft, r: Rendered, spec: LLMDeploymentSpec, deployment: dict
                                         remediation=remediation, autoscaled=spec.autoscaling is not None))
     for key, value in (*observed_replicas(deployment).items(), ("selector", label_selector(r.serving_selector))):
         d.put(key, value)
-    if not any(c.get("type") == DEGRADED for c in d.conditions):
+    if get_condition(d.conditions, DEGRADED) is None:
         d.condition(DEGRADED, False, "AsPlanned", "running the planned configuration")
     for warning in r.status.warnings:
         if warning not in ((d.status.get("plan") or {}).get("warnings") or []):
