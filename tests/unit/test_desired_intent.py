@@ -16,6 +16,7 @@ import pytest
 
 from llm_autopilot.api.conditions import conditions_status
 from llm_autopilot.api.lora import AdapterConfig
+from llm_autopilot.api.status import LLMDeploymentStatus
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
 from llm_autopilot.controller import world_reads
 from llm_autopilot.controller.gather import read_world
@@ -36,6 +37,7 @@ from llm_autopilot.remediation.decide import Evidence
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.kubernetes import Owner
 from tests.unit.fakes import L4, NAME, NAMESPACE, FakeCluster
+from tests.unit.fakes import merge_patch as apply_patch
 
 NOW = datetime(2031, 5, 17, 8, 30, tzinfo=UTC)
 QWEN = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"}, "serving": {"maxModelLen": 8192}}
@@ -184,6 +186,7 @@ def test_desired_writes_each_condition(name: str) -> None:
     assert intent.retry is case.retry, name
     assert bool(intent.objects) is case.applies, name
     assert intent.status["conditions"] == conditions_status(intent.conditions)  # a first pass: all new
+    _typed_as_written(intent, {})
     assert {c.last_transition_time for c in intent.conditions} == {"2031-05-17T08:30:00Z"}  # the clock given
 
 
@@ -228,6 +231,17 @@ def test_a_second_pass_on_its_own_status_writes_nothing() -> None:
     second = desired(QWEN, status, answered(QWEN, world_for(QWEN), available(), status=status), NOW)
     assert second.asks is None and second.status == {} and second.events == []
     assert second.objects == first.objects  # applied again: the apply writes only what changed
+    _typed_as_written(first, {})
+    _typed_as_written(second, status)
+
+
+def _typed_as_written(intent: Intent, before: dict[str, Any]) -> None:
+    """desired() returns the status it decided typed (an LLMDeploymentStatus), and the merge patch it writes is that
+    status: the status as written after the patch parses to the same value."""
+    assert intent.decided is not None
+    written = LLMDeploymentStatus.model_validate(apply_patch(copy.deepcopy(before), intent.status))
+    assert (written.model_dump(mode="json", exclude_none=True)
+            == intent.decided.model_dump(mode="json", exclude_none=True))
 
 
 def test_a_refused_adapter_is_said_in_admissions_words() -> None:

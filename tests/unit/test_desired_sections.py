@@ -83,7 +83,9 @@ def test_the_plan_section(name: str) -> None:
     d = draft()
     r = rendered(d)
     if case.same_plan:
-        d.raw["plan"] = d.status["plan"] = d.after["plan"] = r.status.model_dump(by_alias=True, exclude_none=True)
+        d.raw["plan"] = d.status["plan"] = d.after["plan"] = r.status.model_dump(by_alias=True, exclude_none=True,
+                                                                                 mode="json")
+        d.read = d.read.model_copy(update={"plan": r.status})
     if case.degraded is not None:
         d.conditions = (Condition.model_validate(case.degraded),)
     plan.report_plan(d, r, LLMDeploymentSpec.model_validate(QWEN), case.deployment)

@@ -9,6 +9,7 @@ from llm_autopilot.api.v1alpha1 import BurnInStatus, LLMDeploymentSpec, PodBurnI
 from llm_autopilot.desired import burn_in
 from llm_autopilot.desired.burn_in import BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInReading, BurnInStart
 from llm_autopilot.desired.planning import Rendered
+from llm_autopilot.desired.status_fields import BURN_IN
 from llm_autopilot.desired.vocabulary import Draft
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from llm_autopilot.remediation.classify import Classification
@@ -37,7 +38,7 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
     wanted = spec.verification.burn_in
     if wanted is None:
         d.conditions = without_condition(d.conditions, burn_in.BURN_IN_PASSED)
-        d.put("burnIn", None)
+        d.put(BURN_IN, None)
         d.out.effects.append(BurnInKeep(()))
         return None
     seen = d.world.reading(BurnInReading)
@@ -95,7 +96,6 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
             judged.append((leader.pod, None))
         d.waiting = True  # the next resync looks again (a run's end changes nothing the watches see)
     d.out.effects += [*starts, keep, *gates]  # the runs started and kept, then the gates written
-    d.put("burnIn", BurnInStatus(plan_hash=r.plan_hash, pods=tuple(records[:64])).model_dump(
-        by_alias=True, mode="json"))
+    d.put(BURN_IN, BurnInStatus(plan_hash=r.plan_hash, pods=tuple(records[:64])))
     d.condition(burn_in.BURN_IN_PASSED, *burn_in.condition(judged))
     return signal

@@ -6,6 +6,7 @@ from __future__ import annotations
 from llm_autopilot.api.v1alpha1 import KVCalibrationStatus, VerificationStatus
 from llm_autopilot.desired.calibration import Calibrations, sample_of
 from llm_autopilot.desired.planning import Rendered, calibration_key
+from llm_autopilot.desired.status_fields import KV_CALIBRATION, VERIFICATION
 from llm_autopilot.desired.vocabulary import Asks, Draft, VerificationAsk
 from llm_autopilot.planner import verify
 
@@ -21,8 +22,8 @@ def known_verification(known: VerificationStatus | None, tolerance_percent: floa
 def report_calibration(d: Draft, r: Rendered, calibrations: Calibrations) -> KVCalibrationStatus:
     """status.kvCalibration: the calibrations this spec plans with (chosen once per spec, replicas aside)."""
     pin = calibrations.pin_for(calibration_key(r), r.plan.estimate)
-    d.put("kvCalibration", pin.model_dump(by_alias=True, exclude_none=True, mode="json"))
-    if calibrations.kept and (patch := d.patch_of("kvCalibration")) is not None:
+    d.put(KV_CALIBRATION, pin)
+    if calibrations.kept and (patch := d.patch_of(KV_CALIBRATION)) is not None:
         d.out.pin = patch  # recorded before the objects that plan with it (no store: nothing to choose)
     return pin
 
@@ -51,7 +52,7 @@ def report_verification(d: Draft, r: Rendered, tolerance: float, calibration: st
         d.out.calibration_sample = sample_of(calibration_key(r), decision.results, uncalibrated,
                                              f"{d.owner.namespace}/{d.owner.name}",
                                              d.now) if decision.mismatch is None else None
-        d.put("verification", found.model_dump(by_alias=True, exclude_none=True, mode="json") if found else None)
+        d.put(VERIFICATION, found)
     status, reason, message = decision.condition
     if not reason:
         return None
