@@ -12,7 +12,6 @@ from pydantic import BaseModel
 
 from llm_autopilot.api.conditions import conditions_status
 from llm_autopilot.api.status import (
-    BurnInStatus,
     Condition,
     KVCalibrationStatus,
     LLMDeploymentStatus,
@@ -51,6 +50,7 @@ class StatusField(Generic[T]):
         return alias or self.name
 
 
+#: the central sections' fields; an after-plan feature declares its own beside its words (desired/burn_in.py)
 PLAN = StatusField[PlanStatus]("plan")
 REPLICAS = StatusField[int]("replicas")
 READY_REPLICAS = StatusField[int]("ready_replicas")
@@ -60,7 +60,6 @@ LORA_SOURCES = StatusField[list[LoRASourceStatus]]("lora_sources")
 CACHE = StatusField[CacheStatus]("cache")
 VERIFICATION = StatusField[VerificationStatus]("verification")
 KV_CALIBRATION = StatusField[KVCalibrationStatus]("kv_calibration")
-BURN_IN = StatusField[BurnInStatus]("burn_in")
 LORA = StatusField[LoRAStatus]("lora")
 CONDITIONS = StatusField[list[Condition]]("conditions", conditions_status)
 OBSERVED_GENERATION = StatusField[int]("observed_generation")

@@ -7,9 +7,8 @@ from __future__ import annotations
 from llm_autopilot.api.conditions import without_condition
 from llm_autopilot.api.v1alpha1 import BurnInStatus, LLMDeploymentSpec, PodBurnInStatus
 from llm_autopilot.desired import burn_in
-from llm_autopilot.desired.burn_in import BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInReading, BurnInStart
+from llm_autopilot.desired.burn_in import BURN_IN, BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInReading, BurnInStart
 from llm_autopilot.desired.planning import Rendered
-from llm_autopilot.desired.status_fields import BURN_IN
 from llm_autopilot.desired.vocabulary import Draft
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from llm_autopilot.remediation.classify import Classification
