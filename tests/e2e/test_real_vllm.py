@@ -160,6 +160,10 @@ def _verification_of(kubectl: Kubectl, namespace: str, name: str, pod: dict[str,
     # both numbers: the status's fields and the condition's message (kubectl describe prints both, and the Event)
     assert "PlanNotVerified" in text and re.search(rf"Predicted Tokens:\s+{verified['predictedTokens']}\b", text), text
     assert re.search(rf"Actual Tokens:\s+{verified['actualTokens']}\b", text), text
+    # the release's figures, kept across upgrades (status.releases): the release the pod reported, its reading
+    releases = llmd(kubectl, namespace, name)["status"]["releases"]
+    assert [(r["vllmVersion"], r["actualTokens"], r["predictedTokens"]) for r in releases] == [
+        (verified["vllmVersion"], verified["actualTokens"], verified["predictedTokens"])], releases
     return verified
 
 

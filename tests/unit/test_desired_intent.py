@@ -33,6 +33,7 @@ from llm_autopilot.desired.world import (
     WorkloadView,
     World,
 )
+from llm_autopilot.planner.verify import Observed, PodReading, Source
 from llm_autopilot.remediation.decide import Evidence
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.kubernetes import Owner
@@ -286,3 +287,39 @@ def test_a_hub_outage_plans_nothing_rather_than_another_rank() -> None:
     intent = desired(spec, {}, dataclasses.replace(world_for(spec), adapters=read), NOW)
     assert _conditions(intent)["Planned"] == ("False", "LoRAAdapterUnresolved") and intent.retry
     assert intent.objects == [] and intent.asks is None
+
+
+# ---- status.releases: each vLLM release's last reading, kept across an upgrade (issue #30 item 2) ---------------
+
+def _read_on(spec: dict[str, Any], status: dict[str, Any], version: str, blocks: int) -> Intent:
+    """desired() once the plan's one Ready pod, whose vLLM reports ``version``, gave ``blocks`` KV blocks."""
+    world = answered(spec, world_for(spec), available(), status=status)
+    assert world.verification is not None
+    reading = PodReading("pod-a", Observed(Source.METRICS, kv_cache_tokens=blocks * 16, num_blocks=blocks,
+                                           block_size=16), vllm_version=version)
+    world = dataclasses.replace(world, verification=VerificationReading(world.verification.plan_hash, (reading,)))
+    intent = desired(spec, status, world, NOW)
+    assert intent.asks is None
+    return intent
+
+
+def test_an_upgrade_keeps_the_old_releases_figures_beside_the_new_ones() -> None:
+    old_spec = {**QWEN, "vllm": {"version": "0.31.0"}}
+    first = _read_on(old_spec, {}, "0.31.0", 1000)
+    status = apply_patch({}, first.status)
+    assert [(r["vllmVersion"], r["actualTokens"]) for r in status["releases"]] == [("0.31.0", 16000)]
+    upgraded = _read_on(QWEN_ON("0.32.0"), status, "0.32.0", 1200)
+    after = apply_patch(copy.deepcopy(status), upgraded.status)
+    assert [(r["vllmVersion"], r["actualTokens"]) for r in after["releases"]] == [("0.31.0", 16000),
+                                                                                  ("0.32.0", 19200)]
+    assert after["verification"]["vllmVersion"] == "0.32.0"
+
+
+def test_a_pod_of_another_release_than_planned_records_no_release() -> None:
+    intent = _read_on(QWEN_ON("0.32.0"), {}, "0.31.0", 1000)
+    assert "releases" not in intent.status
+    assert ("Warning", "VLLMVersionMismatch") in {(e.type, e.reason) for e in intent.events}
+
+
+def QWEN_ON(version: str) -> dict[str, Any]:  # noqa: N802 - a spec like the constants above
+    return {**QWEN, "vllm": {**QWEN.get("vllm", {}), "version": version}}

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from llm_autopilot.api.lora import AdapterConfig
-from llm_autopilot.api.status import Condition
+from llm_autopilot.api.status import Condition, ReleaseVerification, VerificationStatus
 from llm_autopilot.api.v1alpha1 import CachedAdapter, CacheStatus, LLMDeploymentSpec, SourceStatus
 from llm_autopilot.desired.burn_in import BurnInAsk, BurnInReading
 from llm_autopilot.desired.lora_sync import LoRAReading, PodView, Served
@@ -513,3 +514,36 @@ def test_the_lora_section(name: str) -> None:
     else:
         assert "lora" not in d.after
     assert d.out.settled is case.settled and len(d.out.events) == case.events
+
+
+def _release(version: str, tokens: int, minute: int) -> ReleaseVerification:
+    return ReleaseVerification(vllm_version=version, predicted_tokens=1000, actual_tokens=tokens, error_percent=0.0,
+                               verified=True, plan_hash="h", time=datetime(2031, 5, 17, 8, minute, tzinfo=UTC))
+
+
+def _found(version: str, tokens: int, minute: int) -> VerificationStatus:
+    return VerificationStatus(predicted_tokens=1000, actual_tokens=tokens, predicted_blocks=10, predicted_kv_gib=1.0,
+                              actual_kv_gib=1.0, error_percent=0.0, tolerance_percent=10.0, verified=True,
+                              source="metrics", vllm_version=version, time=datetime(2031, 5, 17, 8, minute,
+                                                                                    tzinfo=UTC), plan_hash="h")
+
+
+RELEASE_CASES = {
+    "the first reading": ((), ("0.32.0", 900), [("0.32.0", 900)]),
+    "an upgrade: the old release kept, the new one last": (
+        (_release("0.31.0", 800, 1),), ("0.32.0", 900), [("0.31.0", 800), ("0.32.0", 900)]),
+    "a release read again: replaced and moved last": (
+        (_release("0.31.0", 800, 1), _release("0.32.0", 900, 2)), ("0.31.0", 850),
+        [("0.32.0", 900), ("0.31.0", 850)]),
+    "bounded: the oldest of 8 goes": (
+        tuple(_release(f"0.2{i}.0", 100 + i, i) for i in range(8)), ("0.33.0", 999),
+        [(f"0.2{i}.0", 100 + i) for i in range(1, 8)] + [("0.33.0", 999)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASE_CASES))
+def test_status_releases(name: str) -> None:
+    previous, (version, tokens), expected = RELEASE_CASES[name]
+    got = verification.releases_seen(previous, _found(version, tokens, 30))
+    assert [(r.vllm_version, r.actual_tokens) for r in got] == expected
+    assert len(got) <= verification.RELEASES_KEPT

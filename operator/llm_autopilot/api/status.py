@@ -263,6 +263,19 @@ class StageVerification(StatusModel):
     problem: str = Field("", max_length=300, description="Why the stage's room could not be read.")
 
 
+class ReleaseVerification(StatusModel):
+    """One vLLM release this object ran: the KV cache its plan predicted and what its pods reported (the last
+    reading on that release), kept across upgrades so a platform team sees what an upgrade changed."""
+
+    vllm_version: str = Field(max_length=64, description="The vLLM release that reported the figures.")
+    predicted_tokens: int = Field(ge=0, description="KV-cache tokens the plan predicted for it.")
+    actual_tokens: int | None = Field(None, ge=0, description="KV-cache tokens that release's vLLM reported.")
+    error_percent: float = Field(description="(actual - predicted) KV memory in percent of one GPU's memory.")
+    verified: bool = Field(description="Whether the error was within the tolerance.")
+    plan_hash: str | None = Field(None, max_length=64, description="The plan read on that release.")
+    time: AwareDatetime = Field(description="When it was read (RFC 3339).")
+
+
 class VerificationStatus(StatusModel):
     """The plan's KV cache against what the running vLLM reports (planner/verify.py)."""
 
@@ -420,12 +433,15 @@ class LLMDeploymentStatus(APIModel):
     verification: VerificationStatus | None = Field(
         None, description="The plan's KV cache against what the running vLLM reports (the PlanVerified condition).")
     lora: LoRAStatus | None = Field(None, description="Where each LoRA adapter is served, and how changes apply.")
+    releases: tuple[ReleaseVerification, ...] | None = Field(
+        None, max_length=8, description="Per vLLM release this object ran (the last 8, oldest first): the KV "
+                                        "tokens predicted and reported, so an upgrade's effect is seen.")
     kv_calibration: KVCalibrationStatus | None = Field(
         None, alias="kvCalibration", description="The KV calibration from earlier deployments this generation "
                                                  "plans with (fixed per spec generation).")
     attestations: dict[str, str] | None = Field(
         None, max_length=16,
         description="The operator's HMAC of each section above it reads back (source, loraSources, cache, "
-                    "verification, kvCalibration, burnIn, lora), made with a key only it holds: a section whose "
-                    "attestation does not verify is ignored and decided again (the StatusForged Event).")
+                    "verification, releases, kvCalibration, burnIn, lora), made with a key only it holds: a section "
+                    "whose attestation does not verify is ignored and decided again (the StatusForged Event).")
 

@@ -18,6 +18,7 @@ from llm_autopilot.api.status import (
     LoRASourceStatus,
     LoRAStatus,
     PlanStatus,
+    ReleaseVerification,
     SourceStatus,
     VerificationStatus,
 )
@@ -59,6 +60,7 @@ SOURCE = StatusField[SourceStatus]("source")
 LORA_SOURCES = StatusField[list[LoRASourceStatus]]("lora_sources")
 CACHE = StatusField[CacheStatus]("cache")
 VERIFICATION = StatusField[VerificationStatus]("verification")
+RELEASES = StatusField[tuple[ReleaseVerification, ...]]("releases")
 KV_CALIBRATION = StatusField[KVCalibrationStatus]("kv_calibration")
 LORA = StatusField[LoRAStatus]("lora")
 CONDITIONS = StatusField[list[Condition]]("conditions", conditions_status)

@@ -25,7 +25,8 @@ STATUS_READ = "StatusRead"
 OWN_READERS = frozenset({"remediation", "kvCalibration"})
 #: the sections the operator reads back as what it did or found, each attested (status.attestations); the
 #: remediation state's applied rungs also chain their own digests (remediation/state.py)
-ATTESTED = ("source", "loraSources", "cache", "verification", "kvCalibration", "burnIn", "lora", "remediation")
+ATTESTED = ("source", "loraSources", "cache", "verification", "releases", "kvCalibration", "burnIn", "lora",
+            "remediation")
 ATTESTATIONS = "attestations"
 STATUS_FORGED = "StatusForged"
 _FIELDS = frozenset(f.alias or name for name, f in LLMDeploymentStatus.model_fields.items())
