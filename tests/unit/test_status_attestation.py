@@ -73,6 +73,9 @@ VALID: dict[str, Any] = {
                                           "message": "forged", "gpuSeconds": 1.0}]},
     "lora": {"updates": "Runtime", "reason": "Served"},
     "remediation": {"rung": 1, "applied": [{"maxNumSeqs": 8, "generation": 1, "attestation": "0" * 32}]},
+    "startupProbe": {"planHash": "p", "image": "vllm/vllm-openai:v0.33.0", "model": "Qwen/Qwen3-8B",
+                     "gpuProduct": "H100-80GB", "seconds": 10, "formulaSeconds": 600, "starts": 5,
+                     "medianStartSeconds": 1.0, "message": "forged: every start cut after 10 s"},
 }
 
 

@@ -385,6 +385,29 @@ class KVCalibrationStatus(KVCalibrationChoice):
         default=(), max_length=16, description="The choice for every GPU the spec was planned on (its pools).")
 
 
+class StartupProbeStatus(StatusModel):
+    """The startup probe's length the plan in force runs with and why (desired/startup_probe.py): learned from
+    the vLLM starts observed for its image, model and GPU product, or the formula's first guess. Fixed per plan: a
+    start observed later never changes the probe of running pods; the next plan (a spec change, a remediation
+    step) takes what has been learned by then."""
+
+    plan_hash: str = Field(max_length=64, description="The plan it was chosen for.")
+    image: str = Field(max_length=253, description="The vLLM image of the key the starts are kept under.")
+    model: str = Field(max_length=253, description="The model of that key.")
+    gpu_product: str = Field(max_length=253, description="The GPU product of that key.")
+    downloads: bool = Field(False, description="The pods download their weights themselves: their starts are "
+                                               "kept apart from loads from the model cache or a volume.")
+    seconds: int = Field(ge=1, le=86400, description="The startup probe's length (periodSeconds x "
+                                                     "failureThreshold) in the pod template.")
+    formula_seconds: int = Field(ge=1, le=86400, description="The first guess from the checkpoint's size: the "
+                                                             "most a learned probe may be.")
+    starts: int = Field(0, ge=0, le=1000, description="How many observed starts it was learned from (0: the "
+                                                      "first guess).")
+    median_start_seconds: float | None = Field(None, ge=0, le=86400,
+                                               description="The median of those starts (seconds).")
+    message: str = Field(max_length=300, description="Which budget was used, and why.")
+
+
 LoRAUpdates = Literal["Runtime", "Rollout"]
 
 
@@ -439,9 +462,12 @@ class LLMDeploymentStatus(APIModel):
     kv_calibration: KVCalibrationStatus | None = Field(
         None, alias="kvCalibration", description="The KV calibration from earlier deployments this generation "
                                                  "plans with (fixed per spec generation).")
+    startup_probe: StartupProbeStatus | None = Field(
+        None, description="The startup probe's length the plan in force runs with: learned from the starts "
+                          "observed for the same image, model and GPU, or the first guess (fixed per plan).")
     attestations: dict[str, str] | None = Field(
         None, max_length=16,
-        description="The operator's HMAC of each section above it reads back (source, loraSources, cache, "
-                    "verification, releases, kvCalibration, burnIn, lora), made with a key only it holds: a section "
+        description="The operator's HMAC of each section it reads back (source, loraSources, cache, verification, "
+                    "releases, kvCalibration, burnIn, lora, startupProbe), made with a key only it holds: a section "
                     "whose attestation does not verify is ignored and decided again (the StatusForged Event).")
 

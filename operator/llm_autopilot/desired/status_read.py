@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.status import Condition, LLMDeploymentStatus
@@ -26,9 +26,10 @@ OWN_READERS = frozenset({"remediation", "kvCalibration"})
 #: the sections the operator reads back as what it did or found, each attested (status.attestations); the
 #: remediation state's applied rungs also chain their own digests (remediation/state.py)
 ATTESTED = ("source", "loraSources", "cache", "verification", "releases", "kvCalibration", "burnIn", "lora",
-            "remediation")
+            "remediation", "startupProbe")
 ATTESTATIONS = "attestations"
 STATUS_FORGED = "StatusForged"
+Section = TypeVar("Section", bound=BaseModel)
 _FIELDS = frozenset(f.alias or name for name, f in LLMDeploymentStatus.model_fields.items())
 
 
@@ -88,3 +89,13 @@ def status_read_condition(read: StatusRead, conditions: Sequence[Condition]) -> 
     if any(c.type == STATUS_READ for c in conditions):
         return True, "Readable", "every field of the status parses"
     return None
+
+
+def read_section(model: type[Section], raw: Any) -> Section | None:
+    """A section its own reader reads (a pin): None when absent or malformed, so it is chosen again."""
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return model.model_validate(raw)
+    except ValidationError:
+        return None

@@ -147,6 +147,9 @@ class Intent(Report):
     #: status.kvCalibration's patch when the choice is new and the operator keeps a store, recorded with ``step``
     #: before the objects: a choice applied but unrecorded would be made again from the store as it is then
     pin: dict[str, Any] | None = None
+    #: status.startupProbe when a new plan's probe was chosen (desired/startup_probe.py), recorded with ``step``:
+    #: chosen again after a lost write, it could differ from the store as it is then and roll the pods again
+    startup_pin: dict[str, Any] | None = None
     asks: Asks | None = None
     #: the workload to read again once the objects are written (the plan they carry)
     after: WorkloadAsk | None = None
@@ -256,7 +259,7 @@ class Draft:
         self.out.retry = retry
         self.out.settled = reason in DETERMINISTIC_FAILURES
         self.out.objects = []
-        self.out.step = self.out.pin = None
+        self.out.step = self.out.pin = self.out.startup_pin = None
         return self.finish()
 
     def finish(self) -> Intent:
