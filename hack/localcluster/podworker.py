@@ -345,7 +345,9 @@ class PodWorker(threading.Thread):
             c.instance = runtime.start(network=self.network, cgroup=cgroup, memory_limit_bytes=limit, argv=argv,
                                        env=env, path=image.path, workdir=self.dir / "workdir",
                                        log_path=self.log_path(c.name, c.restart_count), mounts=mounts,
-                                       sysfs_mounts=self._device_memory(c, stand_ins.device_memory_bytes))
+                                       sysfs_mounts=self._device_memory(c, stand_ins.device_memory_bytes),
+                                       cpu=self.kubelet.cpu.container(self.kubelet_node, cgroup.path.name,
+                                                                      c.spec.get("resources")))
         except VolumeNotReady as exc:
             if c.waiting != (exc.reason, exc.message):
                 self.kubelet.event(self.pod, "Warning", "FailedMount", exc.message)

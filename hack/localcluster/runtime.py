@@ -22,8 +22,10 @@ import subprocess
 import time
 from pathlib import Path
 
+from .cpucg import ContainerCpu
 from .crilog import LogWriter, rfc3339_nano
 from .memcg import MemoryCgroup
+from .paths import ClusterError
 from .podnet import PodNetwork
 
 #: moves the shell into the container's cgroup, then becomes the container's command (same PID)
@@ -91,6 +93,7 @@ class Instance:
     log: LogWriter
     started_at: str
     container_id: str
+    cpu: ContainerCpu | None = None  # its node's cpuset and its own cpu share (cpucg)
 
     def exited(self) -> int | None:
         return self.process.poll()
@@ -122,9 +125,11 @@ def simulated_meminfo(node: int, total_bytes: int) -> str:
 
 
 def command_line(*, procs_file: Path, mounts: tuple[Mount, ...], network_prefix: list[str],
-                 sysfs_mounts: tuple[Mount, ...], executable: str, args: list[str]) -> list[str]:
+                 sysfs_mounts: tuple[Mount, ...], executable: str, args: list[str],
+                 more_procs_files: tuple[Path, ...] = ()) -> list[str]:
     """The container's process chain, each step ``exec``-ing the next (same PID throughout):
-    1. into the cgroup first: `ip netns exec` mounts the namespace's own /sys, which hides the cgroup tree;
+    1. into the cgroups first (the memory group's ``procs_file``, then ``more_procs_files``: the cpuset and cpu
+       groups): `ip netns exec` mounts the namespace's own /sys, which hides the cgroup tree;
     2. a private mount namespace for the volumes;
     3. the pod's network namespace: `ip netns exec` unshares the mount namespace again and mounts a fresh sysfs
        on /sys, so
@@ -133,12 +138,13 @@ def command_line(*, procs_file: Path, mounts: tuple[Mount, ...], network_prefix:
                " && ".join([*(m.shell() for m in mounts), 'exec "$@"']), "volumes"] if mounts else []
     sysfs = ["/bin/sh", "-c", " && ".join([*(m.shell() for m in sysfs_mounts), 'exec "$@"']), "sysfs"] \
         if sysfs_mounts else []
-    return ["/bin/sh", "-c", _ENTER_CGROUP, str(procs_file), *volumes, *network_prefix, *sysfs, executable, *args]
+    groups = [arg for path in (procs_file, *more_procs_files) for arg in ("/bin/sh", "-c", _ENTER_CGROUP, str(path))]
+    return [*groups, *volumes, *network_prefix, *sysfs, executable, *args]
 
 
 def start(*, network: PodNetwork, cgroup: MemoryCgroup, memory_limit_bytes: int | None, argv: list[str],
           env: dict[str, str], path: str, workdir: Path, log_path: Path, mounts: tuple[Mount, ...] = (),
-          sysfs_mounts: tuple[Mount, ...] = ()) -> Instance:
+          sysfs_mounts: tuple[Mount, ...] = (), cpu: ContainerCpu | None = None) -> Instance:
     executable = resolve(argv[0], path) if argv else None
     if executable is None:
         raise StartError("CreateContainerError", f'executable "{argv[0] if argv else ""}" not found in $PATH ({path})')
@@ -151,16 +157,22 @@ def start(*, network: PodNetwork, cgroup: MemoryCgroup, memory_limit_bytes: int 
         elif mount.source is not None and not mount.source.is_dir():
             raise StartError("CreateContainerConfigError", f"volume source {mount.source} does not exist")
     cgroup.create(memory_limit_bytes)
+    if cpu is not None:
+        try:
+            cpu.create()
+        except ClusterError as exc:
+            raise StartError("RunContainerError", str(exc)) from exc
     workdir.mkdir(parents=True, exist_ok=True)
     log = LogWriter(log_path)
     command = command_line(procs_file=cgroup.procs_file, mounts=mounts, network_prefix=network.exec_prefix(),
-                           sysfs_mounts=sysfs_mounts, executable=executable, args=argv[1:])
+                           sysfs_mounts=sysfs_mounts, executable=executable, args=argv[1:],
+                           more_procs_files=cpu.procs_files if cpu is not None else ())
     process = subprocess.Popen(command, env={**env, "PATH": path}, cwd=workdir, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     assert process.stdout is not None and process.stderr is not None
     log.follow(process.stdout, "stdout")
     log.follow(process.stderr, "stderr")
-    return Instance(process, cgroup, log, rfc3339_nano(), f"process://{process.pid}")
+    return Instance(process, cgroup, log, rfc3339_nano(), f"process://{process.pid}", cpu)
 
 
 def signal_all(instance: Instance, sig: signal.Signals) -> None:
@@ -219,6 +231,8 @@ def reap(instance: Instance, oom_kills_before: int) -> Exit:
     oom = instance.cgroup.oom_kills() > oom_kills_before
     peak = instance.cgroup.max_usage_bytes()
     instance.cgroup.remove()  # kills whatever the main process left behind
+    if instance.cpu is not None:
+        instance.cpu.remove()  # empty now: every process of the container is gone
     instance.log.close()
     exit_code = 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell and a runtime report
     reason = "OOMKilled" if oom else ("Completed" if exit_code == 0 else "Error")

@@ -101,7 +101,9 @@ def tiny(name: str, **spec: Any) -> dict[str, Any]:
         "gpu": {"maxGPUs": 1, "nodeSelector": {kubelet.POOL_LABEL: kubelet.POOL},
                 "tolerations": [{"key": kubelet.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]},
         "vllm": {"image": "vllm/vllm-openai:v0.32.0", "version": vllm_cpu.VLLM_CPU_VERSION},
-        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "6Gi"}},
+        # a quarter of a node's core (a node has its share of this machine's CPUs, one core on 2): the cache's
+        # download Job (500m) and an inspect Job (100m) still fit beside the vLLM pod, as they did
+        "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "6Gi"}},
         "remediation": {"cooldownSeconds": 0, "maxSteps": 4},
     }
     for key, value in spec.items():

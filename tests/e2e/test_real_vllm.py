@@ -160,6 +160,10 @@ def _verification_of(kubectl: Kubectl, namespace: str, name: str, pod: dict[str,
     # both numbers: the status's fields and the condition's message (kubectl describe prints both, and the Event)
     assert "PlanNotVerified" in text and re.search(rf"Predicted Tokens:\s+{verified['predictedTokens']}\b", text), text
     assert re.search(rf"Actual Tokens:\s+{verified['actualTokens']}\b", text), text
+    # the release's figures, kept across upgrades (status.releases): the release the pod reported, its reading
+    releases = llmd(kubectl, namespace, name)["status"]["releases"]
+    assert [(r["vllmVersion"], r["actualTokens"], r["predictedTokens"]) for r in releases] == [
+        (verified["vllmVersion"], verified["actualTokens"], verified["predictedTokens"])], releases
     return verified
 
 
@@ -300,7 +304,6 @@ def test_real_overload_is_kv_saturation_and_the_ladder_steps(
         # three times what the cache holds: 24 clients of 1,500 prompt + 2,000 generated tokens
         load = FollowingLoad(kubectl, namespace, "busy", clients=24, prompt_tokens=1500, max_tokens=2000)
         started = time.monotonic()
-        completed_before_the_step = 0
         try:
             steps = wait_steps(kubectl, namespace, "busy", 1, WINDOW + START_SECONDS, load=load)
             step = steps[0]
@@ -313,16 +316,19 @@ def test_real_overload_is_kv_saturation_and_the_ladder_steps(
             else:  # this CPU cannot hold an fp8 KV cache, so it is not allowed: the ladder's next rung
                 assert step["action"] == "replicas 1 -> 2", step
             reacted = time.monotonic() - started
-            # the signal clears on the new settings, or the next rung follows: both are the ladder working
-            # with a free node the step surges: the old pod keeps serving beside the new one. On these 2 cores a
-            # new vLLM cannot start beside an overloaded one, so the load pauses until the new pod serves
-            completed_before_the_step = load.stop()
-            if FP8_KV_ON_CPU:
-                serving(kubectl, namespace, "busy", where=lambda pod: arg(pod, "--kv-cache-dtype") == "fp8")
-            else:
-                wait_for("two serving pods", lambda: len(ready_pods(kubectl, namespace, "busy")) == 2,
-                         timeout=START_SECONDS, interval=2)
-            load = FollowingLoad(kubectl, namespace, "busy", clients=24, prompt_tokens=1500, max_tokens=2000)
+            # the signal clears on the new settings, or the next rung follows: both are the ladder working.
+            # With a free node the step surges: the old pod keeps serving, under the same load, while the new one
+            # starts on the other node's own CPUs (the process kubelet's cpusets); the load follows it once Ready
+
+            def the_steps_pod_serves() -> bool:
+                load.refresh()
+                ready = ready_pods(kubectl, namespace, "busy")
+                if FP8_KV_ON_CPU:
+                    return any(arg(pod, "--kv-cache-dtype") == "fp8" for pod in ready)
+                return len(ready) == 2
+
+            wait_for("the step's new pod serving beside the loaded one", the_steps_pod_serves,
+                     timeout=START_SECONDS, interval=2)
             judged_from = time.monotonic()
 
             def settled() -> str | None:
@@ -337,7 +343,7 @@ def test_real_overload_is_kv_saturation_and_the_ladder_steps(
             outcome = wait_for("the signal to clear or the next rung", settled, timeout=2 * WINDOW + START_SECONDS,
                                interval=2)
         finally:
-            completed = completed_before_the_step + load.stop()
+            completed = load.stop()
         assert completed > 0
         steps = history(kubectl, namespace, "busy")
         assert all(s["signal"] == "KVSaturation" for s in steps), steps

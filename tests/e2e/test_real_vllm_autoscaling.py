@@ -38,8 +38,8 @@ def spec_replicas(kubectl: Kubectl, namespace: str) -> int:
 def test_real_queueing_scales_out_to_the_second_node_and_back(
         kubectl: Kubectl, namespace: str, kv_room: Any, tmp_path: Path) -> None:
     kv_room(4 * MIB)  # 8,192 tokens: a few long requests fill it and the rest wait
-    # a long scale-down window first: the second vLLM starts once the load has stopped (on 2 cores it would
-    # not start beside an overloaded one), and the HPA keeps 2 replicas until the window is shortened below
+    # a long scale-down window first: the HPA keeps 2 replicas through the calm after the load, until the window
+    # is shortened below. The second vLLM starts under the load, on the other node's own CPUs
     policy = {"minReplicas": 1, "maxReplicas": 2, "targetKVCacheUsage": 0.9, "targetWaitingRequests": 2,
               "pollingIntervalSeconds": 2, "scaleDownStabilizationSeconds": 3600}
     with operator_for(kubectl, namespace, tmp_path):
@@ -59,12 +59,16 @@ def test_real_queueing_scales_out_to_the_second_node_and_back(
             # new shapes): the load was served, not only queued, once a request of it completes
             wait_for("a request of the load answered", lambda: any(
                 one.result.completed for one in load.loads.values()), timeout=SCALE_SECONDS, interval=2)
+
+            def both_ready() -> bool:
+                load.refresh()  # the load stays on, and follows the second pod once it is Ready
+                return len(ready_pods(kubectl, namespace, NAME)) == 2
+
+            wait_for("two Ready vLLMs", both_ready, timeout=SCALE_SECONDS, interval=2)
+            serving = time.monotonic() - started
         finally:
             completed = load.stop()
         assert completed > 0
-        wait_for("two Ready vLLMs", lambda: len(ready_pods(kubectl, namespace, NAME)) == 2, timeout=SCALE_SECONDS,
-                 interval=2)
-        serving = time.monotonic() - started
         pods = ready_pods(kubectl, namespace, NAME)
         assert len({p["spec"]["nodeName"] for p in pods}) == 2  # one simulated GPU per node: the second node
         for pod in pods:

@@ -14,7 +14,9 @@ from unittest import mock
 
 import pytest
 
+from llm_autopilot.api.conditions import conditions_status
 from llm_autopilot.api.lora import AdapterConfig
+from llm_autopilot.api.status import LLMDeploymentStatus
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
 from llm_autopilot.controller import world_reads
 from llm_autopilot.controller.gather import read_world
@@ -31,10 +33,12 @@ from llm_autopilot.desired.world import (
     WorkloadView,
     World,
 )
+from llm_autopilot.planner.verify import Observed, PodReading, Source
 from llm_autopilot.remediation.decide import Evidence
 from llm_autopilot.render.autoscaling import KEDA_CRD
 from llm_autopilot.render.kubernetes import Owner
 from tests.unit.fakes import L4, NAME, NAMESPACE, FakeCluster
+from tests.unit.fakes import merge_patch as apply_patch
 
 NOW = datetime(2031, 5, 17, 8, 30, tzinfo=UTC)
 QWEN = {"model": {"name": "Qwen/Qwen3-8B"}, "gpu": {"product": "nvidia-l4"}, "serving": {"maxModelLen": 8192}}
@@ -163,7 +167,7 @@ CASES: dict[str, Case] = {
 
 
 def _conditions(intent: Intent) -> dict[str, tuple[str, str]]:
-    return {c["type"]: (c["status"], c.get("reason", "")) for c in intent.conditions}
+    return {c.type: (c.status, c.reason) for c in intent.conditions}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -182,8 +186,9 @@ def test_desired_writes_each_condition(name: str) -> None:
         assert type_ not in got, f"{name}: {type_} written"
     assert intent.retry is case.retry, name
     assert bool(intent.objects) is case.applies, name
-    assert intent.status["conditions"] == intent.conditions  # a first pass: every condition is new
-    assert {c["lastTransitionTime"] for c in intent.conditions} == {"2031-05-17T08:30:00Z"}  # the clock given
+    assert intent.status["conditions"] == conditions_status(intent.conditions)  # a first pass: all new
+    _typed_as_written(intent, {})
+    assert {c.last_transition_time for c in intent.conditions} == {"2031-05-17T08:30:00Z"}  # the clock given
 
 
 def test_desired_asks_for_the_workload_and_evidence_of_the_plan_in_force_first() -> None:
@@ -227,6 +232,17 @@ def test_a_second_pass_on_its_own_status_writes_nothing() -> None:
     second = desired(QWEN, status, answered(QWEN, world_for(QWEN), available(), status=status), NOW)
     assert second.asks is None and second.status == {} and second.events == []
     assert second.objects == first.objects  # applied again: the apply writes only what changed
+    _typed_as_written(first, {})
+    _typed_as_written(second, status)
+
+
+def _typed_as_written(intent: Intent, before: dict[str, Any]) -> None:
+    """desired() returns the status it decided typed (an LLMDeploymentStatus), and the merge patch it writes is that
+    status: the status as written after the patch parses to the same value."""
+    assert intent.decided is not None
+    written = LLMDeploymentStatus.model_validate(apply_patch(copy.deepcopy(before), intent.status))
+    assert (written.model_dump(mode="json", exclude_none=True)
+            == intent.decided.model_dump(mode="json", exclude_none=True))
 
 
 def test_a_refused_adapter_is_said_in_admissions_words() -> None:
@@ -271,3 +287,39 @@ def test_a_hub_outage_plans_nothing_rather_than_another_rank() -> None:
     intent = desired(spec, {}, dataclasses.replace(world_for(spec), adapters=read), NOW)
     assert _conditions(intent)["Planned"] == ("False", "LoRAAdapterUnresolved") and intent.retry
     assert intent.objects == [] and intent.asks is None
+
+
+# ---- status.releases: each vLLM release's last reading, kept across an upgrade (issue #30 item 2) ---------------
+
+def _read_on(spec: dict[str, Any], status: dict[str, Any], version: str, blocks: int) -> Intent:
+    """desired() once the plan's one Ready pod, whose vLLM reports ``version``, gave ``blocks`` KV blocks."""
+    world = answered(spec, world_for(spec), available(), status=status)
+    assert world.verification is not None
+    reading = PodReading("pod-a", Observed(Source.METRICS, kv_cache_tokens=blocks * 16, num_blocks=blocks,
+                                           block_size=16), vllm_version=version)
+    world = dataclasses.replace(world, verification=VerificationReading(world.verification.plan_hash, (reading,)))
+    intent = desired(spec, status, world, NOW)
+    assert intent.asks is None
+    return intent
+
+
+def test_an_upgrade_keeps_the_old_releases_figures_beside_the_new_ones() -> None:
+    old_spec = {**QWEN, "vllm": {"version": "0.31.0"}}
+    first = _read_on(old_spec, {}, "0.31.0", 1000)
+    status = apply_patch({}, first.status)
+    assert [(r["vllmVersion"], r["actualTokens"]) for r in status["releases"]] == [("0.31.0", 16000)]
+    upgraded = _read_on(QWEN_ON("0.32.0"), status, "0.32.0", 1200)
+    after = apply_patch(copy.deepcopy(status), upgraded.status)
+    assert [(r["vllmVersion"], r["actualTokens"]) for r in after["releases"]] == [("0.31.0", 16000),
+                                                                                  ("0.32.0", 19200)]
+    assert after["verification"]["vllmVersion"] == "0.32.0"
+
+
+def test_a_pod_of_another_release_than_planned_records_no_release() -> None:
+    intent = _read_on(QWEN_ON("0.32.0"), {}, "0.31.0", 1000)
+    assert "releases" not in intent.status
+    assert ("Warning", "VLLMVersionMismatch") in {(e.type, e.reason) for e in intent.events}
+
+
+def QWEN_ON(version: str) -> dict[str, Any]:  # noqa: N802 - a spec like the constants above
+    return {**QWEN, "vllm": {**QWEN.get("vllm", {}), "version": version}}

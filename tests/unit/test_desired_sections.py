@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from llm_autopilot.api.lora import AdapterConfig
+from llm_autopilot.api.status import Condition, ReleaseVerification, VerificationStatus
 from llm_autopilot.api.v1alpha1 import CachedAdapter, CacheStatus, LLMDeploymentSpec, SourceStatus
 from llm_autopilot.desired.burn_in import BurnInAsk, BurnInReading
 from llm_autopilot.desired.lora_sync import LoRAReading, PodView, Served
@@ -50,7 +52,7 @@ def patch(d: Draft) -> dict[str, Any]:
 
 
 def conditions(d: Draft) -> dict[str, tuple[str, str]]:
-    return {c["type"]: (c["status"], c.get("reason", "")) for c in d.conditions}
+    return {c.type: (c.status, c.reason) for c in d.conditions}
 
 
 # ---- plan and Ready -----------------------------------------------------------------------------------------
@@ -82,9 +84,11 @@ def test_the_plan_section(name: str) -> None:
     d = draft()
     r = rendered(d)
     if case.same_plan:
-        d.raw["plan"] = d.status["plan"] = d.after["plan"] = r.status.model_dump(by_alias=True, exclude_none=True)
+        d.raw["plan"] = d.status["plan"] = d.after["plan"] = r.status.model_dump(by_alias=True, exclude_none=True,
+                                                                                 mode="json")
+        d.read = d.read.model_copy(update={"plan": r.status})
     if case.degraded is not None:
-        d.conditions = [case.degraded]
+        d.conditions = (Condition.model_validate(case.degraded),)
     plan.report_plan(d, r, LLMDeploymentSpec.model_validate(QWEN), case.deployment)
     got = conditions(d)
     assert got["Planned"] == ("True", "Planned") and got["Ready"][0] == case.ready, got
@@ -209,7 +213,7 @@ def test_the_verification_section_asks_for_the_plans_pods_first() -> None:
     r = rendered(d)
     asked = verification.report_verification(d, r, 10.0, None)
     assert asked is not None and asked.verification is not None and asked.verification.plan_hash == r.plan_hash
-    assert patch(d) == {} and d.conditions == []
+    assert patch(d) == {} and d.conditions == ()
 
 
 # ---- burn-in ------------------------------------------------------------------------------------------------
@@ -400,21 +404,21 @@ GARBLED = {
 def test_a_status_field_that_does_not_parse_is_reported_and_decided_again(name: str) -> None:
     key, junk = GARBLED[name]
     intent = desired(QWEN, {key: junk}, _ready(QWEN), NOW)  # never a traceback
-    said = {c["type"]: c for c in intent.conditions}["StatusRead"]
-    assert said["status"] == "False" and f"status.{key}" in said["message"], said
-    assert ("Warning", "StatusUnreadable", said["message"]) in intent.events
-    assert intent.objects and {c["type"]: c["status"] for c in intent.conditions}["Planned"] == "True"
+    said = {c.type: c for c in intent.conditions}["StatusRead"]
+    assert said.status == "False" and f"status.{key}" in said.message, said
+    assert ("Warning", "StatusUnreadable", said.message) in intent.events
+    assert intent.objects and {c.type: c.status for c in intent.conditions}["Planned"] == "True"
     assert key in intent.status  # rewritten, or removed (null)
     # the next pass reads a clean status: said once, then True again
     clean = apply_patch({key: junk}, intent.status)
     again = desired(QWEN, clean, _ready(QWEN), NOW)
-    assert {c["type"]: c["status"] for c in again.conditions}["StatusRead"] == "True"
+    assert {c.type: c.status for c in again.conditions}["StatusRead"] == "True"
     assert not any(e[1] == "StatusUnreadable" for e in again.events)
 
 
 def test_a_garbled_pin_is_its_own_readers_chosen_again_and_kept_by_a_failing_pass() -> None:
     intent = desired(QWEN, {"kvCalibration": ["x"]}, _ready(QWEN), NOW)
-    assert "StatusRead" not in {c["type"] for c in intent.conditions}
+    assert "StatusRead" not in {c.type for c in intent.conditions}
     assert isinstance(intent.status["kvCalibration"], dict)  # chosen again
     # a pass that stops before the calibration is chosen leaves it as it is, for its reader (not nulled)
     failing = dataclasses.replace(_ready(QWEN), model=Unresolved("ModelUnresolved", "the Hub is down", retry=True))
@@ -449,7 +453,7 @@ def test_a_forged_section_a_failing_pass_does_not_decide_is_removed_with_its_att
 
 def test_a_status_that_parses_says_nothing_of_it() -> None:
     intent = desired(QWEN, {}, _ready(QWEN), NOW)
-    assert "StatusRead" not in {c["type"] for c in intent.conditions}
+    assert "StatusRead" not in {c.type for c in intent.conditions}
 
 
 # ---- status.lora ---------------------------------------------------------------------------------------------
@@ -510,3 +514,36 @@ def test_the_lora_section(name: str) -> None:
     else:
         assert "lora" not in d.after
     assert d.out.settled is case.settled and len(d.out.events) == case.events
+
+
+def _release(version: str, tokens: int, minute: int) -> ReleaseVerification:
+    return ReleaseVerification(vllm_version=version, predicted_tokens=1000, actual_tokens=tokens, error_percent=0.0,
+                               verified=True, plan_hash="h", time=datetime(2031, 5, 17, 8, minute, tzinfo=UTC))
+
+
+def _found(version: str, tokens: int, minute: int) -> VerificationStatus:
+    return VerificationStatus(predicted_tokens=1000, actual_tokens=tokens, predicted_blocks=10, predicted_kv_gib=1.0,
+                              actual_kv_gib=1.0, error_percent=0.0, tolerance_percent=10.0, verified=True,
+                              source="metrics", vllm_version=version, time=datetime(2031, 5, 17, 8, minute,
+                                                                                    tzinfo=UTC), plan_hash="h")
+
+
+RELEASE_CASES = {
+    "the first reading": ((), ("0.32.0", 900), [("0.32.0", 900)]),
+    "an upgrade: the old release kept, the new one last": (
+        (_release("0.31.0", 800, 1),), ("0.32.0", 900), [("0.31.0", 800), ("0.32.0", 900)]),
+    "a release read again: replaced and moved last": (
+        (_release("0.31.0", 800, 1), _release("0.32.0", 900, 2)), ("0.31.0", 850),
+        [("0.32.0", 900), ("0.31.0", 850)]),
+    "bounded: the oldest of 8 goes": (
+        tuple(_release(f"0.2{i}.0", 100 + i, i) for i in range(8)), ("0.33.0", 999),
+        [(f"0.2{i}.0", 100 + i) for i in range(1, 8)] + [("0.33.0", 999)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASE_CASES))
+def test_status_releases(name: str) -> None:
+    previous, (version, tokens), expected = RELEASE_CASES[name]
+    got = verification.releases_seen(previous, _found(version, tokens, 30))
+    assert [(r.vllm_version, r.actual_tokens) for r in got] == expected
+    assert len(got) <= verification.RELEASES_KEPT

@@ -73,8 +73,8 @@ DESIRED = PACKAGE / "desired"
 SECTIONS = "llm_autopilot.desired.sections"
 PIPELINE = "llm_autopilot.desired.pipeline"
 #: the modules below the pipeline and the sections: they import neither
-BELOW_SECTIONS = ["patch.py", "status_read.py", "vocabulary.py", "planning.py", "world.py", "burn_in.py",
-                  "calibration.py", "lora_sync.py", "refusals.py", "schedule.py"]
+BELOW_SECTIONS = ["patch.py", "status_read.py", "status_fields.py", "vocabulary.py", "planning.py", "world.py",
+                  "burn_in.py", "calibration.py", "lora_sync.py", "refusals.py", "schedule.py"]
 
 
 def _desired_imports(path: Path) -> list[str]:
@@ -112,7 +112,7 @@ def test_only_the_pipeline_imports_the_sections() -> None:
 def test_the_vocabulary_is_the_lowest_decision_module() -> None:
     """It imports only the data modules beside it (the World, the calibration sample), nothing that decides."""
     allowed = {"llm_autopilot.desired.calibration", "llm_autopilot.desired.patch", "llm_autopilot.desired.status_read",
-               "llm_autopilot.desired.world"}
+               "llm_autopilot.desired.status_fields", "llm_autopilot.desired.world"}
     for name in _desired_imports(DESIRED / "vocabulary.py"):
         assert name.rsplit(".", 1)[0] in allowed or name in allowed, f"vocabulary.py imports {name}"
 

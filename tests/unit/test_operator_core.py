@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from llm_autopilot.api.conditions import deployment_ready, get_condition, set_condition
+from llm_autopilot.api.conditions import conditions_status, deployment_ready, get_condition, set_condition
 from llm_autopilot.api.convert import plan_status, targets, variants
+from llm_autopilot.api.status import Condition
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, LLMDeploymentStatus
 from llm_autopilot.catalog.gpus import gpu_from_labels
 from llm_autopilot.controller.admission import review
@@ -59,12 +60,23 @@ def test_review_checks_inline_architectures() -> None:
 
 
 def test_conditions_keep_transition_time_while_status_holds() -> None:
-    first = set_condition(None, "Ready", False, "Unavailable", "0/1", generation=1, now="t1")
+    first = set_condition((), "Ready", False, "Unavailable", "0/1", generation=1, now="t1")
     same = set_condition(first, "Ready", False, "Unavailable", "still 0/1", generation=2, now="t2")
     flipped = set_condition(same, "Ready", True, "Available", "1/1", generation=2, now="t3")
-    assert get_condition(same, "Ready")["lastTransitionTime"] == "t1"  # type: ignore[index]
-    assert get_condition(flipped, "Ready")["lastTransitionTime"] == "t3"  # type: ignore[index]
-    assert len(flipped) == 1 and first[0]["message"] == "0/1"  # inputs are not mutated
+    assert [c.last_transition_time for c in (*first, *same, *flipped)] == ["t1", "t1", "t3"]
+    assert first[0].message == "0/1", "a new value: the conditions given are not changed"
+    assert (same[0].message, same[0].observed_generation) == ("still 0/1", 2)
+    assert len(flipped) == 1
+
+
+def test_a_condition_read_back_unchanged_is_written_in_the_form_it_was_read() -> None:
+    read = Condition.model_validate({"type": "Ready", "status": "True", "reason": "Available"})
+    assert conditions_status([read]) == [{"type": "Ready", "status": "True", "reason": "Available"}]
+    moved = set_condition((read,), "Ready", False, "Unavailable", "0/1", generation=3, now="t4")
+    assert conditions_status(moved) == [{"type": "Ready", "status": "False", "reason": "Unavailable",
+                                         "message": "0/1", "lastTransitionTime": "t4", "observedGeneration": 3}]
+    assert get_condition(moved, "Planned") is None
+    assert len(moved) == 1
 
 
 @pytest.mark.parametrize(("status", "replicas", "expected"), [

@@ -9,13 +9,14 @@ from llm_autopilot.controller.reconcile import EFFECTS, FEATURE_READERS, READERS
 from llm_autopilot.desired.burn_in import BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInStart
 from llm_autopilot.desired.network_policy import DeleteNetworkPolicy
 from llm_autopilot.desired.remediation_adoption import RunningPlanAsk
+from llm_autopilot.desired.startup_probe import RecordStarts
 from llm_autopilot.desired.vocabulary import Asks, Intent, Report
 
 #: read with the ask they go with (the status recorded so far, the Target the evidence is gathered for)
 COMPANIONS = {"known_cache": "cache", "evidence": "workload"}
 #: the after-plan features' asks and effects, each read or executed by its type
 FEATURE_ASKS = {BurnInAsk, RunningPlanAsk}
-FEATURE_EFFECTS = {BurnInStart, BurnInKeep, BurnInGateWrite, DeleteNetworkPolicy}
+FEATURE_EFFECTS = {BurnInStart, BurnInKeep, BurnInGateWrite, DeleteNetworkPolicy, RecordStarts}
 
 
 def test_every_ask_has_a_reader() -> None:

@@ -65,12 +65,17 @@ VALID: dict[str, Any] = {
     "verification": {"predictedTokens": 1000, "predictedBlocks": 62, "predictedKVGiB": 1.0, "actualKVGiB": 1.4,
                      "errorPercent": 40.0, "tolerancePercent": 10.0, "verified": True, "source": "metrics",
                      "vllmVersion": "0.33.0", "time": "2031-05-17T08:30:00Z", "planHash": "p"},
+    "releases": [{"vllmVersion": "0.33.0", "predictedTokens": 1000, "actualTokens": 1400, "errorPercent": 40.0,
+                  "verified": True, "planHash": "p", "time": "2031-05-17T08:30:00Z"}],
     "kvCalibration": {"specHash": "abc", "gpuProduct": "L4", "vllmVersion": "0.33.0", "family": "qwen3",
                       "ratio": 1.449, "deployments": 3, "message": "calibrated"},
     "burnIn": {"planHash": "p", "pods": [{"pod": "p-0", "passed": False, "reason": "KVCacheTooSmall",
                                           "message": "forged", "gpuSeconds": 1.0}]},
     "lora": {"updates": "Runtime", "reason": "Served"},
     "remediation": {"rung": 1, "applied": [{"maxNumSeqs": 8, "generation": 1, "attestation": "0" * 32}]},
+    "startupProbe": {"planHash": "p", "image": "vllm/vllm-openai:v0.33.0", "model": "Qwen/Qwen3-8B",
+                     "gpuProduct": "H100-80GB", "seconds": 10, "formulaSeconds": 600, "starts": 5,
+                     "medianStartSeconds": 1.0, "message": "forged: every start cut after 10 s"},
 }
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+from llm_autopilot.api.status import Condition, ConditionStatus
 
 PLANNED = "Planned"
 READY = "Ready"
@@ -10,7 +13,7 @@ DEGRADED = "Degraded"
 
 
 def set_condition(
-    conditions: list[dict[str, Any]] | None,
+    conditions: Sequence[Condition],
     type_: str,
     status: bool | None,
     reason: str,
@@ -18,23 +21,32 @@ def set_condition(
     *,
     generation: int | None,
     now: str,
-) -> list[dict[str, Any]]:
-    """A copy of ``conditions`` with ``type_`` set; lastTransitionTime moves only when status changes."""
-    text = "Unknown" if status is None else ("True" if status else "False")
-    result = [dict(c) for c in conditions or []]
-    for c in result:
-        if c.get("type") == type_:
-            if c.get("status") != text:
-                c["lastTransitionTime"] = now
-            c.update(status=text, reason=reason, message=message, observedGeneration=generation)
-            return result
-    result.append({"type": type_, "status": text, "reason": reason, "message": message,
-                   "lastTransitionTime": now, "observedGeneration": generation})
-    return result
+) -> tuple[Condition, ...]:
+    """``conditions`` with ``type_`` set (a new value; the conditions given are not changed); lastTransitionTime
+    moves only when status changes."""
+    text: ConditionStatus = "Unknown" if status is None else ("True" if status else "False")
+    for i, c in enumerate(conditions):
+        if c.type == type_:
+            moved = {"last_transition_time": now} if c.status != text else {}
+            changed = c.model_copy(update={"status": text, "reason": reason, "message": message,
+                                           "observed_generation": generation, **moved})
+            return (*conditions[:i], changed, *conditions[i + 1:])
+    return (*conditions, Condition(type=type_, status=text, reason=reason, message=message,
+                                   last_transition_time=now, observed_generation=generation))
 
 
-def get_condition(conditions: list[dict[str, Any]] | None, type_: str) -> dict[str, Any] | None:
-    return next((c for c in conditions or [] if c.get("type") == type_), None)
+def get_condition(conditions: Iterable[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
+
+
+def without_condition(conditions: Iterable[Condition], type_: str) -> tuple[Condition, ...]:
+    return tuple(c for c in conditions if c.type != type_)
+
+
+def conditions_status(conditions: Iterable[Condition]) -> list[dict[str, Any]]:
+    """status.conditions as written: the fields each condition was given (a condition read back keeps its form,
+    so an unchanged one patches nothing)."""
+    return [c.model_dump(by_alias=True, exclude_unset=True) for c in conditions]
 
 
 def deployment_ready(deployment: dict[str, Any] | None, replicas: int) -> tuple[bool | None, str, str]:

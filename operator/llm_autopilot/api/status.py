@@ -70,9 +70,12 @@ class PlanStatus(APIModel):
     lora_adapters: list[str] = Field(default_factory=list, description="Served LoRA adapter names.")
 
 
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
 class Condition(APIModel):
     type: str = Field(description="Planned, Ready, Degraded, MetricsAvailable...")
-    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str = Field(description="CamelCase reason.")
     message: str = Field("", description="Human-readable explanation.")
     last_transition_time: str | None = Field(None, description="When status last changed (RFC 3339).")
@@ -260,6 +263,19 @@ class StageVerification(StatusModel):
     problem: str = Field("", max_length=300, description="Why the stage's room could not be read.")
 
 
+class ReleaseVerification(StatusModel):
+    """One vLLM release this object ran: the KV cache its plan predicted and what its pods reported (the last
+    reading on that release), kept across upgrades so a platform team sees what an upgrade changed."""
+
+    vllm_version: str = Field(max_length=64, description="The vLLM release that reported the figures.")
+    predicted_tokens: int = Field(ge=0, description="KV-cache tokens the plan predicted for it.")
+    actual_tokens: int | None = Field(None, ge=0, description="KV-cache tokens that release's vLLM reported.")
+    error_percent: float = Field(description="(actual - predicted) KV memory in percent of one GPU's memory.")
+    verified: bool = Field(description="Whether the error was within the tolerance.")
+    plan_hash: str | None = Field(None, max_length=64, description="The plan read on that release.")
+    time: AwareDatetime = Field(description="When it was read (RFC 3339).")
+
+
 class VerificationStatus(StatusModel):
     """The plan's KV cache against what the running vLLM reports (planner/verify.py)."""
 
@@ -369,6 +385,29 @@ class KVCalibrationStatus(KVCalibrationChoice):
         default=(), max_length=16, description="The choice for every GPU the spec was planned on (its pools).")
 
 
+class StartupProbeStatus(StatusModel):
+    """The startup probe's length the plan in force runs with and why (desired/startup_probe.py): learned from
+    the vLLM starts observed for its image, model and GPU product, or the formula's first guess. Fixed per plan: a
+    start observed later never changes the probe of running pods; the next plan (a spec change, a remediation
+    step) takes what has been learned by then."""
+
+    plan_hash: str = Field(max_length=64, description="The plan it was chosen for.")
+    image: str = Field(max_length=253, description="The vLLM image of the key the starts are kept under.")
+    model: str = Field(max_length=253, description="The model of that key.")
+    gpu_product: str = Field(max_length=253, description="The GPU product of that key.")
+    downloads: bool = Field(False, description="The pods download their weights themselves: their starts are "
+                                               "kept apart from loads from the model cache or a volume.")
+    seconds: int = Field(ge=1, le=86400, description="The startup probe's length (periodSeconds x "
+                                                     "failureThreshold) in the pod template.")
+    formula_seconds: int = Field(ge=1, le=86400, description="The first guess from the checkpoint's size: the "
+                                                             "most a learned probe may be.")
+    starts: int = Field(0, ge=0, le=1000, description="How many observed starts it was learned from (0: the "
+                                                      "first guess).")
+    median_start_seconds: float | None = Field(None, ge=0, le=86400,
+                                               description="The median of those starts (seconds).")
+    message: str = Field(max_length=300, description="Which budget was used, and why.")
+
+
 LoRAUpdates = Literal["Runtime", "Rollout"]
 
 
@@ -417,12 +456,18 @@ class LLMDeploymentStatus(APIModel):
     verification: VerificationStatus | None = Field(
         None, description="The plan's KV cache against what the running vLLM reports (the PlanVerified condition).")
     lora: LoRAStatus | None = Field(None, description="Where each LoRA adapter is served, and how changes apply.")
+    releases: tuple[ReleaseVerification, ...] | None = Field(
+        None, max_length=8, description="Per vLLM release this object ran (the last 8, oldest first): the KV "
+                                        "tokens predicted and reported, so an upgrade's effect is seen.")
     kv_calibration: KVCalibrationStatus | None = Field(
         None, alias="kvCalibration", description="The KV calibration from earlier deployments this generation "
                                                  "plans with (fixed per spec generation).")
+    startup_probe: StartupProbeStatus | None = Field(
+        None, description="The startup probe's length the plan in force runs with: learned from the starts "
+                          "observed for the same image, model and GPU, or the first guess (fixed per plan).")
     attestations: dict[str, str] | None = Field(
         None, max_length=16,
-        description="The operator's HMAC of each section above it reads back (source, loraSources, cache, "
-                    "verification, kvCalibration, burnIn, lora), made with a key only it holds: a section whose "
-                    "attestation does not verify is ignored and decided again (the StatusForged Event).")
+        description="The operator's HMAC of each section it reads back (source, loraSources, cache, verification, "
+                    "releases, kvCalibration, burnIn, lora, startupProbe), made with a key only it holds: a section "
+                    "whose attestation does not verify is ignored and decided again (the StatusForged Event).")
 

@@ -118,8 +118,8 @@ def _refused_endpoint(spec: LLMDeploymentSpec) -> str | None:
 def _verdict(spec: LLMDeploymentSpec | None, intent: Intent, warnings: list[str]) -> AdmissionVerdict:
     """The first round of desired() as the webhook's answer (see the module's docstring)."""
     planned = get_condition(intent.conditions, PLANNED)
-    if intent.asks is None and planned is not None and planned.get("status") == "False":
-        reason, message = str(planned.get("reason")), str(planned.get("message"))
+    if intent.asks is None and planned is not None and planned.status == "False":
+        reason, message = planned.reason, planned.message
         if refuses(spec, reason):
             return AdmissionVerdict(False, message)
         warnings = [*warnings, message]  # a cause of the cluster: the plan, if one was chosen, still speaks

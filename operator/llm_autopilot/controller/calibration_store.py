@@ -1,5 +1,6 @@
 """The KV calibration store in the cluster: the ConfigMap ``llm-autopilot-calibration`` in the operator's
-namespace, under ``calibration.json`` (planner/calibration.py's format). Shell: reads and writes it; what it
+namespace, under ``calibration.json`` (planner/calibration.py's format; its ``starts`` section, the vLLM starts
+the startup probe learns from, planner/start_times.py's). Shell: reads and writes it; what it
 holds is judged by planner/calibration.py, what a reconcile takes from it by desired/calibration.py.
 
 - Read at most once per :data:`READ_TTL_SECONDS` for all reconciles (an edit by hand is seen within that), and
@@ -16,6 +17,7 @@ holds is judged by planner/calibration.py, what a reconcile takes from it by des
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -37,6 +39,7 @@ from llm_autopilot.planner.calibration import (
     record,
     store_to_json,
 )
+from llm_autopilot.planner.start_times import Start, StartKey, record_starts
 
 logger = logging.getLogger(__name__)
 
@@ -129,18 +132,34 @@ class CalibrationBook:
 
     def record(self, asked: SampleToRecord, now: datetime) -> bool:
         """Add one deployment's sample (replacing its earlier one); whether it was written."""
+        def change(store: CalibrationStore) -> CalibrationStore:
+            if _already(store, asked, now):  # the same figures again (a pod read again): no write
+                return store
+            return record(store, asked.key, asked.sample, now)  # unchanged: a broken measurement
+
+        return self._update(change, now, what=f"calibration sample of {asked.sample.deployment}",
+                            again="it is added again at the next verification")
+
+    def record_starts(self, key: StartKey, starts: tuple[Start, ...], now: datetime) -> bool:
+        """Add the vLLM starts observed for ``key`` (a pod already recorded is not); whether it was written."""
+        def change(store: CalibrationStore) -> CalibrationStore:
+            return dataclasses.replace(store, starts=record_starts(store.starts, key, starts, now))
+
+        return self._update(change, now, what=f"startup time of {', '.join(s.pod for s in starts)}",
+                            again="it is added again at the next reconcile")
+
+    def _update(self, change: Callable[[CalibrationStore], CalibrationStore], now: datetime, *, what: str,
+                again: str) -> bool:
+        """Write ``change`` of the store as read now; whether it was written (an unchanged store is not)."""
         with self._writing:  # one writer per process; other processes are met by the resourceVersion
             for _ in range(WRITE_ATTEMPTS):
                 try:
                     read = self._read(now)
                 except Exception as exc:
-                    self._say(f"calibration sample of {asked.sample.deployment} not kept: {exc}")
+                    self._say(f"{what} not kept: {exc}")
                     return False
-                if _already(read.store, asked, now):  # the same figures again (a pod read again): no write
-                    self._keep(read.store)
-                    return False
-                updated = record(read.store, asked.key, asked.sample, now)
-                if updated == read.store:  # a broken measurement (planner/calibration.py's bounds)
+                updated = change(read.store)
+                if updated == read.store:
                     self._keep(read.store)
                     return False
                 data = {CONFIGMAP_KEY: json.dumps(store_to_json(updated, self.key), indent=1, sort_keys=True)}
@@ -148,16 +167,15 @@ class CalibrationBook:
                     self.maps.write_config_map(self.namespace, CONFIGMAP_NAME, data, resource_version=read.version,
                                                labels={**read.labels, **LABELS}, annotations=read.annotations)
                 except WriteConflict:
-                    continue  # another writer came first: read its samples and add this one again
+                    continue  # another writer came first: read what it wrote and change that
                 except Exception as exc:  # RBAC, a missing namespace: said once, the reconcile goes on
-                    self._say(f"calibration sample of {asked.sample.deployment} not kept: cannot write "
-                              f"{self.namespace}/{CONFIGMAP_NAME}: {str(exc).splitlines()[0][:300]}")
+                    self._say(f"{what} not kept: cannot write {self.namespace}/{CONFIGMAP_NAME}: "
+                              f"{str(exc).splitlines()[0][:300]}")
                     return False
                 self.writes += 1
                 self._keep(updated)
                 return True
-            self._say(f"calibration sample of {asked.sample.deployment} not kept: the ConfigMap kept changing "
-                      f"({WRITE_ATTEMPTS} conflicts); it is added again at the next verification")
+            self._say(f"{what} not kept: the ConfigMap kept changing ({WRITE_ATTEMPTS} conflicts); {again}")
             return False
 
     def _keep(self, store: CalibrationStore) -> None:

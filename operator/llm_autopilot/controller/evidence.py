@@ -79,7 +79,7 @@ class Gatherer(PodReader):
                    if ((p.get("metadata") or {}).get("annotations") or {}).get(PLAN_HASH) == target.plan_hash]
         rollout = rollout_complete(target.deployment, plan_hash=target.plan_hash, plan_hash_annotation=PLAN_HASH,
                                    replicas=target.replicas)
-        readiness = tuple(pod_readiness(p, PLAN_HASH) for p in pods)
+        readiness = tuple(pod_readiness(p, PLAN_HASH, CONTAINER) for p in pods)
         metrics, detail, saturation = self.kv_saturation(target.namespace, current, window=target.kv_window,
                                                          threshold=target.kv_threshold)
         if metrics in (Metrics.UNAVAILABLE, Metrics.REJECTED):

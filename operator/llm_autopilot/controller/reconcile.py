@@ -229,8 +229,8 @@ class Reconciler:
         recorded: list[str] = []
 
         def record_first() -> None:  # the dry runs passed: the step and the calibration chosen go first
-            first = {key: value for key, value in (("remediation", decided.step), ("kvCalibration", decided.pin))
-                     if value is not None}
+            first = {key: value for key, value in (("remediation", decided.step), ("kvCalibration", decided.pin),
+                                                   ("startupProbe", decided.startup_pin)) if value is not None}
             # each goes with its attestation: the step as written (the API server keeps no nulls), the pin as decided
             first |= attestations_patch(self.key, self.owner.uid,
                                         {key: decided.step if key == "remediation" else decided.attest.get(key)

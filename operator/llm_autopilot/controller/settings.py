@@ -13,6 +13,7 @@ from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.v1alpha1 import NetworkPeer
 from llm_autopilot.domain.egress import ALLOW_ENV, Allowlist, AllowlistError, parse_allowlist
 from llm_autopilot.render.network_policy import NetworkPolicySettings
+from llm_autopilot.render.rollout import DEFAULT_LEARNED_FLOOR_SECONDS
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
 
 #: the chart's networkPolicy switch, and the two peers every model's NetworkPolicy admits (JSON NetworkPolicyPeers)
@@ -143,6 +144,9 @@ class OperatorSettings:
     calibration_namespace: str | None = None
     #: how often the store is read again (an edit by hand is seen within this)
     calibration_read_seconds: float = 60.0
+    #: the least a learned startup probe may be (render/rollout.py probe_budget): the slowest start the cluster
+    #: must let pass even after fast ones were observed
+    startup_probe_floor_seconds: int = DEFAULT_LEARNED_FLOOR_SECONDS
     #: private and cluster addresses (and hosts) the operator's own clients may reach, e.g. an in-cluster S3
     #: store (domain/egress.py; storage/egress_http.py reads the same variable where it connects)
     egress_allow: Allowlist = field(default_factory=Allowlist)
@@ -198,6 +202,8 @@ class OperatorSettings:
             calibration_namespace=_calibration_namespace(e.get("LLM_AUTOPILOT_CALIBRATION_NAMESPACE", "")),
             calibration_read_seconds=_number(e, "LLM_AUTOPILOT_CALIBRATION_READ_SECONDS",
                                              defaults.calibration_read_seconds, minimum=1),
+            startup_probe_floor_seconds=int(_number(e, "LLM_AUTOPILOT_STARTUP_PROBE_FLOOR_SECONDS",
+                                                    defaults.startup_probe_floor_seconds, minimum=10, whole=True)),
             egress_allow=_allowlist(e.get(ALLOW_ENV, "")),
             network_policy=_network_policy(e),
         )

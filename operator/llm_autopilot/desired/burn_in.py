@@ -20,9 +20,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from llm_autopilot.api.status import BurnInStatus
+from llm_autopilot.desired.status_fields import StatusField
 from llm_autopilot.domain.burn_in import BURN_IN_GATE, FULL_KV_USAGE, BurnInLoad, BurnInMeasurement
 from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.remediation.classify import Classification, Signal
+
+#: status.burnIn, as this feature decides it
+BURN_IN = StatusField[BurnInStatus]("burn_in")
 
 BURN_IN_PASSED = "BurnInPassed"
 #: token ids are drawn from the first ids of the vocabulary (every tokenizer has them)

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
-
 from llm_autopilot.api.v1alpha1 import KVCalibrationChoice, KVCalibrationStatus
+from llm_autopilot.desired.status_read import read_section
 from llm_autopilot.planner.calibration import (
     CalibrationKey,
     CalibrationStore,
@@ -53,12 +52,7 @@ def spec_hash(spec: Mapping[str, Any]) -> str:
 
 def read_pin(raw: Any) -> KVCalibrationStatus | None:
     """status.kvCalibration as read (None: absent or malformed: chosen again)."""
-    if not isinstance(raw, Mapping):
-        return None
-    try:
-        return KVCalibrationStatus.model_validate(raw)
-    except ValidationError:
-        return None
+    return read_section(KVCalibrationStatus, raw)
 
 
 def _as_choice(pin: KVCalibrationStatus) -> KVCalibrationChoice:

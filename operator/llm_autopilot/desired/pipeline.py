@@ -35,8 +35,10 @@ from llm_autopilot.desired.sections import (
     plan,
     remediation,
     source,
+    startup_probe,
     verification,
 )
+from llm_autopilot.desired.startup_probe import StartupBudgets
 from llm_autopilot.desired.vocabulary import MESSAGE_LIMIT, Asks, Draft, Intent
 from llm_autopilot.desired.world import Unresolved, World
 from llm_autopilot.planner.plan import Infeasible, Plan
@@ -82,6 +84,10 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
         return d.fail("UnknownGPU", str(exc))
     except VersionError as exc:
         return d.fail("UnsupportedVLLMVersion", str(exc))
+    # the startup probe each plan takes: the pin of the plan in force, else learned from the store's starts
+    ctx = dataclasses.replace(ctx, startup=StartupBudgets.of(
+        d.status, world.calibration.starts if world.calibration is not None else None,
+        d.settings.startup_probe_floor_seconds, d.now, chosen_again="startupProbe" in d.forged))
     if (refusal := lora.adapter_refusal(spec, world.adapters)) is not None:
         return d.fail(refusal.reason, refusal.message, retry=refusal.retry)
     state = remediation.read_state(d, ctx)
@@ -130,6 +136,7 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
     if world.applied is not None:  # written: the workload as it is now
         view = world.applied.view
     plan.report_plan(d, final, spec, view)
+    startup_probe.report_startup_probe(d, final)
     pin = verification.report_calibration(d, final, calibrations)
     remediation.note_inputs(d, ctx, final)
     asks = verification.report_verification(d, final, spec.verification.tolerance_percent,

@@ -14,11 +14,13 @@ from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, PlanStatus
 from llm_autopilot.catalog.gpus import gpu_from_labels
 from llm_autopilot.desired import lora_sync
 from llm_autopilot.desired.calibration import Calibrations
+from llm_autopilot.desired.startup_probe import StartupBudgets, start_key
 from llm_autopilot.desired.vocabulary import Draft, WorkloadAsk
 from llm_autopilot.desired.world import OperatorDefaults, Unresolved, World
 from llm_autopilot.planner.calibration import CalibrationKey, key_of
 from llm_autopilot.planner.plan import Plan, PlanRequest
 from llm_autopilot.planner.pools import GPUPool, PoolChoice, choose_pool, replicas_that_fit
+from llm_autopilot.planner.start_times import StartKey
 from llm_autopilot.remediation.evidence import apply_overrides
 from llm_autopilot.remediation.ladder import Overrides, max_model_len_floor
 from llm_autopilot.remediation.state import Limits
@@ -54,6 +56,8 @@ class Context:
     cache_complete: bool = True
     #: the s3:// LoRA adapters whose download into the cache is complete (by name): the pods load only those
     downloaded_adapters: frozenset[str] = frozenset()
+    #: the startup probe each plan takes (None: the formula's)
+    startup: StartupBudgets | None = None
 
     def memory_of(self, pool: GPUPool | None) -> float:
         """The memory bound of a pool's nodes (0: no node of it is known); remediation's memory limit never
@@ -122,6 +126,9 @@ class Rendered:
     serving_selector: dict[str, str]
     shape: Shape
     pool: GPUPool | None = None
+    #: the startup probe it runs with, and the key its starts are kept under
+    startup: rollout.ProbeBudget | None = None
+    startup_key: StartKey | None = None
 
     @property
     def nodes(self) -> int:
@@ -162,9 +169,17 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
                             host_memory_gib=host, prometheus_address=prometheus)
     inputs = dataclasses.replace(inputs, surge=rollout.can_surge(plan.config, choice.pool, inputs.replica_count),
                                  cache_claim=ctx.cache_claim, held=not ctx.cache_complete, lora_runtime=lora_runtime)
+    digest = plan_hash(inputs)  # the probe is not part of it: the plan it is pinned to
+    key = start_key(inputs.image, plan.config.model.model_id, plan.config.gpu.display_name,
+                    downloads=inputs.downloads_weights)
+    formula = inputs.formula_startup_seconds
+    budget = (ctx.startup.budget(digest, key, formula, learns=plan.config.nodes == 1,
+                                 download=rollout.download_seconds(plan.config) if inputs.downloads_weights else 0.0)
+              if ctx.startup is not None else rollout.ProbeBudget(formula, formula))
+    inputs = dataclasses.replace(inputs, startup_budget=budget.seconds)
     workload = children(inputs, live or Live(), settings.network_policy)
-    return Rendered(plan, plan_status, workload.objects, inputs, plan_hash(inputs), workload.serving, workload.shape,
-                    choice.pool)
+    return Rendered(plan, plan_status, workload.objects, inputs, digest, workload.serving, workload.shape,
+                    choice.pool, budget, key)
 
 
 def counted_plan(d: Draft, ctx: Context, overrides: Overrides) -> PoolChoice:

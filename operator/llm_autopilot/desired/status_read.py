@@ -10,11 +10,11 @@ verified, burnt in, chosen again), named once (the StatusForged Event) and remov
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from llm_autopilot.api.errors import validation_message
 from llm_autopilot.api.status import Condition, LLMDeploymentStatus
@@ -25,9 +25,11 @@ STATUS_READ = "StatusRead"
 OWN_READERS = frozenset({"remediation", "kvCalibration"})
 #: the sections the operator reads back as what it did or found, each attested (status.attestations); the
 #: remediation state's applied rungs also chain their own digests (remediation/state.py)
-ATTESTED = ("source", "loraSources", "cache", "verification", "kvCalibration", "burnIn", "lora", "remediation")
+ATTESTED = ("source", "loraSources", "cache", "verification", "releases", "kvCalibration", "burnIn", "lora",
+            "remediation", "startupProbe")
 ATTESTATIONS = "attestations"
 STATUS_FORGED = "StatusForged"
+Section = TypeVar("Section", bound=BaseModel)
 _FIELDS = frozenset(f.alias or name for name, f in LLMDeploymentStatus.model_fields.items())
 
 
@@ -79,11 +81,21 @@ def _parses(model: type[Condition] | type[LLMDeploymentStatus], value: Any, root
     return True
 
 
-def status_read_condition(read: StatusRead, conditions: list[dict[str, Any]]) -> tuple[bool, str, str] | None:
+def status_read_condition(read: StatusRead, conditions: Sequence[Condition]) -> tuple[bool, str, str] | None:
     """StatusRead: False while a field does not parse; True again once it does (None: never said, nothing to say)."""
     if read.problems:
         return False, "Unreadable", ("; ".join(read.problems)[:400] + ": set aside, decided again from the spec "
                                      "and the cluster")
-    if any(c.get("type") == STATUS_READ for c in conditions):
+    if any(c.type == STATUS_READ for c in conditions):
         return True, "Readable", "every field of the status parses"
     return None
+
+
+def read_section(model: type[Section], raw: Any) -> Section | None:
+    """A section its own reader reads (a pin): None when absent or malformed, so it is chosen again."""
+    if not isinstance(raw, Mapping):
+        return None
+    try:
+        return model.model_validate(raw)
+    except ValidationError:
+        return None

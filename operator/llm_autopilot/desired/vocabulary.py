@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from llm_autopilot.api.conditions import PLANNED, set_condition
+from llm_autopilot.api.status import Condition, LLMDeploymentStatus
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
 from llm_autopilot.desired.calibration import SampleToRecord
 from llm_autopilot.desired.patch import merge_patch
+from llm_autopilot.desired.status_fields import CONDITIONS, OBSERVED_GENERATION, REMEDIATION, StatusField
 from llm_autopilot.desired.status_read import (
     ATTESTED,
     STATUS_FORGED,
@@ -31,6 +33,8 @@ from llm_autopilot.remediation.recovery import Recovery
 from llm_autopilot.remediation.state import Author, RemediationState
 from llm_autopilot.render import cache
 from llm_autopilot.render.workload import Shape
+
+T = TypeVar("T")
 
 MESSAGE_LIMIT = 500
 MODEL_CACHED = "ModelCached"
@@ -136,11 +140,16 @@ class Intent(Report):
     step, the calibration chosen). ``asks``: not decided yet, read these first."""
 
     objects: list[dict[str, Any]] = field(default_factory=list)
-    conditions: list[dict[str, Any]] = field(default_factory=list)
+    #: the status as decided, typed (``status`` is the merge patch that writes it)
+    decided: LLMDeploymentStatus | None = None
+    conditions: tuple[Condition, ...] = ()
     step: dict[str, Any] | None = None
     #: status.kvCalibration's patch when the choice is new and the operator keeps a store, recorded with ``step``
     #: before the objects: a choice applied but unrecorded would be made again from the store as it is then
     pin: dict[str, Any] | None = None
+    #: status.startupProbe when a new plan's probe was chosen (desired/startup_probe.py), recorded with ``step``:
+    #: chosen again after a lost write, it could differ from the store as it is then and roll the pods again
+    startup_pin: dict[str, Any] | None = None
     asks: Asks | None = None
     #: the workload to read again once the objects are written (the plan they carry)
     after: WorkloadAsk | None = None
@@ -187,12 +196,14 @@ class Draft:
         #: the attested sections set aside as not the operator's
         self.forged = read.forged
         self.status = read.readable
-        #: the status as decided so far: the sections replace or remove whole keys of it
+        #: the status as decided so far, typed (``decided``) and as written (``after``): the sections replace or
+        #: remove whole fields of it (``put``)
+        self.decided: LLMDeploymentStatus = read.status
         self.after: dict[str, Any] = dict(read.readable)
         self.out = Intent()
         self.now = now
         self.stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        self.conditions: list[dict[str, Any]] = list(self.status.get("conditions") or [])
+        self.conditions: tuple[Condition, ...] = tuple(self.read.conditions)
         #: the remediation state as read, and as it stands now (None until the spec could be resolved)
         self.origin: RemediationState | None = None
         self.state: RemediationState | None = None
@@ -222,15 +233,17 @@ class Draft:
     def event(self, type_: str, reason: str, message: str) -> None:
         self.out.events.append(Event(type_, reason, message))
 
-    def put(self, key: str, value: Any) -> None:
-        """status[key] as decided (None: removed)."""
+    def put(self, field: StatusField[T], value: T | None) -> None:
+        """A field of the status as decided (None: removed): a new typed status, and its written form."""
+        self.decided = self.decided.model_copy(update={field.name: value})
         if value is None:
-            self.after.pop(key, None)
+            self.after.pop(field.key, None)
         else:
-            self.after[key] = value
+            self.after[field.key] = field.wire(value)
 
-    def patch_of(self, key: str) -> Any:
-        """status[key]'s part of the merge patch (None: removed, or unchanged)."""
+    def patch_of(self, field: StatusField[T]) -> Any:
+        """A field's part of the merge patch (None: removed, or unchanged)."""
+        key = field.key
         return merge_patch({key: self.raw[key]} if key in self.raw else {},
                            {key: self.after[key]} if key in self.after else {}).get(key)
 
@@ -246,16 +259,19 @@ class Draft:
         self.out.retry = retry
         self.out.settled = reason in DETERMINISTIC_FAILURES
         self.out.objects = []
-        self.out.step = self.out.pin = None
+        self.out.step = self.out.pin = self.out.startup_pin = None
         return self.finish()
 
     def finish(self) -> Intent:
-        self.put("conditions", self.conditions)
-        self.put("observedGeneration", self.generation)
+        self.put(CONDITIONS, list(self.conditions))
+        self.put(OBSERVED_GENERATION, self.generation)
         if self.state is not None:
             self.state = self.state.attested(self.author)
             if self.state != self.origin or self.repaired:
-                self.put("remediation", self.state.to_status())
+                self.put(REMEDIATION, self.state)
+            elif REMEDIATION.key in self.raw:  # as read: its written form stays as it was
+                self.decided = self.decided.model_copy(update={REMEDIATION.name: self.state})
+        self.out.decided = self.decided
         self.out.status = merge_patch(self.raw, self.after)
         self.out.conditions = self.conditions
         attested = self.world.attested

@@ -46,6 +46,11 @@ class OperatorDefaults(Protocol):
     def full_check_seconds(self) -> float: ...
 
     @property
+    def startup_probe_floor_seconds(self) -> int:
+        """The least a learned startup probe may be (render/rollout.py probe_budget)."""
+        ...
+
+    @property
     def network_policy(self) -> NetworkPolicySettings | None:
         """The chart's networkPolicy switch: on, what every model's NetworkPolicy admits; None: off."""
         ...

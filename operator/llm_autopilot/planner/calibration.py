@@ -31,8 +31,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from llm_autopilot.domain.architecture import ModelArchitecture
-from llm_autopilot.domain.attestation import attested, keyed_attestation
-from llm_autopilot.vllm.versions import VersionError, VLLMVersion
+from llm_autopilot.domain.attestation import keyed_attestation
+from llm_autopilot.planner.start_times import Starts, parse_starts, starts_to_json
+from llm_autopilot.planner.store_fields import CLOCK_SKEW, NAMESPACED, attested_entries, past_time, text
+from llm_autopilot.vllm.versions import VLLMVersion
 
 #: the largest correction, in percent of one GPU's memory, either way
 CAP_PERCENT = 5.0
@@ -44,19 +46,14 @@ HALF_LIFE = timedelta(days=14)
 MAX_AGE = timedelta(days=90)
 #: samples kept per key (the newest)
 MAX_SAMPLES = 32
-#: a sample time further than this in the future is forged
-CLOCK_SKEW = timedelta(minutes=5)
 #: store format version
 STORE_VERSION = 1
 #: the key of the operator's ConfigMap that holds the store's JSON
 CONFIGMAP_KEY = "calibration.json"
-_NAME_MAX = 253
 #: a GPU product (a catalog name or a GPU Feature Discovery label value) and a family (config.json's model_type
 #: or architecture), whole
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _NAME_WHAT = "letters, digits, '.', '_' and '-'"
-#: the deployment a sample is from: namespace/name
-_DEPLOYMENT = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?/[a-z0-9]([a-z0-9.-]*[a-z0-9])?")
 #: bump when the attested content changes (samples attested by an older scheme are then dropped once)
 ATTESTATION_SCHEME = "llm-autopilot.io/calibration-sample/v1"
 
@@ -96,6 +93,8 @@ class Sample:
 @dataclass(frozen=True)
 class CalibrationStore:
     entries: Mapping[CalibrationKey, tuple[Sample, ...]] = field(default_factory=dict)
+    #: the vLLM starts observed per (image, model, GPU product): the startup probe's learned budget
+    starts: Starts = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -171,7 +170,7 @@ def record(store: CalibrationStore, key: CalibrationKey, sample: Sample, now: da
         return store
     kept = [s for s in _current(store.entries.get(key, ()), now) if s.deployment != sample.deployment]
     samples = tuple(sorted([*kept, sample], key=lambda s: s.time)[-MAX_SAMPLES:])
-    return CalibrationStore({**store.entries, key: samples})
+    return CalibrationStore({**store.entries, key: samples}, store.starts)
 
 
 def _valid_ratio(value: object) -> bool:
@@ -179,21 +178,11 @@ def _valid_ratio(value: object) -> bool:
             and RATIO_BOUNDS[0] <= value <= RATIO_BOUNDS[1])
 
 
-def _text(entry: Mapping[str, Any], name: str, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
-    """A string field, whole: ``pattern`` must match all of it (``0.33.0; rm -rf /`` is no version)."""
-    value = entry.get(name)
-    if not isinstance(value, str) or not value.strip() or len(value) > _NAME_MAX:
-        raise ValueError(f"{name} must be a non-empty string of at most {_NAME_MAX} characters, got {value!r:.80}")
-    if pattern is not None and not pattern.fullmatch(value):
-        raise ValueError(f"{name} must be {what}, got {value!r:.80}")
-    return value
-
-
 def _version(entry: Mapping[str, Any]) -> str:
-    text = _text(entry, "vllmVersion")
-    version = str(VLLMVersion.parse(text))
-    if text != version:  # VLLMVersion.parse reads a prefix; the store's key is the version, whole
-        raise ValueError(f"vllmVersion must be a version such as 0.33.0, got {text!r:.80}")
+    written = text(entry, "vllmVersion")
+    version = str(VLLMVersion.parse(written))
+    if written != version:  # VLLMVersion.parse reads a prefix; the store's key is the version, whole
+        raise ValueError(f"vllmVersion must be a version such as 0.33.0, got {written!r:.80}")
     return version
 
 
@@ -214,21 +203,13 @@ def _sample(raw: object, now: datetime) -> Sample:
     if not _valid_ratio(ratio):
         raise ValueError(f"ratio must be a number in [{RATIO_BOUNDS[0]}, {RATIO_BOUNDS[1]}], got {ratio!r:.40}")
     assert isinstance(ratio, int | float)
-    stamp = _text(raw, "time")
-    try:
-        time = datetime.fromisoformat(stamp)
-    except ValueError:
-        raise ValueError(f"time must be an RFC 3339 time, got {stamp!r:.40}") from None
-    if time.tzinfo is None:
-        raise ValueError(f"time must name its time zone, got {stamp!r:.40}")
-    if time > now + CLOCK_SKEW:
-        raise ValueError(f"time {stamp} is in the future")
-    return Sample(float(ratio), time, _text(raw, "deployment", _DEPLOYMENT, "namespace/name"))
+    return Sample(float(ratio), past_time(raw, "time", now), text(raw, "deployment", NAMESPACED, "namespace/name"))
 
 
 def parse_store(data: object, now: datetime, key: bytes | None = None) -> tuple[CalibrationStore, tuple[str, ...]]:
     """The store from its JSON form, and one message per entry or sample dropped for being malformed or, with
     ``key`` (the operator's), for carrying no attestation the key makes: only the operator's own samples count.
+    Its ``starts`` section is planner/start_times.py's.
 
     ``{"version": 1, "entries": [{"gpuProduct": ..., "vllmVersion": ..., "family": ..., "samples":
     [{"ratio": 0.98, "time": "2026-12-01T10:00:00+00:00", "deployment": "ns/name", "attestation": "..."}]}]}``
@@ -240,35 +221,20 @@ def parse_store(data: object, now: datetime, key: bytes | None = None) -> tuple[
     raw_entries = data.get("entries", [])
     if not isinstance(raw_entries, list):
         raise CalibrationError("calibration \"entries\" must be a list")
+    read, problems = attested_entries(
+        raw_entries, section="calibration", items="samples", item="sample", secret=key, scheme=ATTESTATION_SCHEME,
+        key_of=lambda raw: CalibrationKey(text(raw, "gpuProduct", _NAME, _NAME_WHAT), _version(raw),
+                                          text(raw, "family", _NAME, _NAME_WHAT)),
+        item_of=lambda raw: _sample(raw, now), content=_attested_content)
     entries: dict[CalibrationKey, tuple[Sample, ...]] = {}
-    problems: list[str] = []
-    for i, raw in enumerate(raw_entries):
-        try:
-            if not isinstance(raw, Mapping):
-                raise ValueError(f"must be an object, got {raw!r:.80}")
-            version = _version(raw)
-            calibration = CalibrationKey(_text(raw, "gpuProduct", _NAME, _NAME_WHAT), version,
-                                         _text(raw, "family", _NAME, _NAME_WHAT))
-            raw_samples = raw.get("samples")
-            if not isinstance(raw_samples, list):
-                raise ValueError("samples must be a list")
-        except (ValueError, VersionError) as exc:
-            problems.append(f"calibration entry {i} dropped: {exc}")
-            continue
-        samples: dict[str, Sample] = {s.deployment: s for s in entries.get(calibration, ())}
-        for j, raw_sample in enumerate(raw_samples):
-            try:
-                sample = _sample(raw_sample, now)
-                if key is not None and not attested(key, ATTESTATION_SCHEME, _attested_content(calibration, sample),
-                                                    raw_sample.get("attestation")):
-                    raise ValueError("it carries no attestation of this operator's (only its own samples count)")
-            except ValueError as exc:
-                problems.append(f"calibration entry {i} ({calibration}) sample {j} dropped: {exc}")
-                continue
+    for calibration, found in read.items():
+        samples: dict[str, Sample] = {}
+        for sample in found:
             if sample.deployment not in samples or samples[sample.deployment].time < sample.time:
                 samples[sample.deployment] = sample  # one sample per deployment: the newest
         entries[calibration] = tuple(sorted(samples.values(), key=lambda s: s.time)[-MAX_SAMPLES:])
-    return CalibrationStore(entries), tuple(problems)
+    starts, dropped = parse_starts(data.get("starts"), now, key)
+    return CalibrationStore(entries, starts), (*problems, *dropped)
 
 
 def store_to_json(store: CalibrationStore, key: bytes | None = None) -> dict[str, Any]:
@@ -277,7 +243,10 @@ def store_to_json(store: CalibrationStore, key: bytes | None = None) -> dict[str
         written = {"ratio": round(s.ratio, 6), "time": s.time.isoformat(), "deployment": s.deployment}
         return {**written, "attestation": sample_attestation(key, k, s)} if key is not None else written
 
-    return {"version": STORE_VERSION, "entries": [
+    written: dict[str, Any] = {"version": STORE_VERSION, "entries": [
         {"gpuProduct": k.gpu_product, "vllmVersion": k.vllm_version, "family": k.family,
          "samples": [sample(k, s) for s in samples]}
         for k, samples in sorted(store.entries.items())]}
+    if store.starts:  # a store without starts keeps the form it always had
+        written["starts"] = starts_to_json(store.starts, key)
+    return written

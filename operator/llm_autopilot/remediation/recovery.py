@@ -32,6 +32,11 @@ class PodReadiness:
     ready_since: datetime | None = None
     #: Ready but being deleted: no Service routes to it
     terminating: bool = False
+    #: the pod's name, when its vLLM container started (its current run) and how often it restarted: a start's
+    #: length for the startup probe (desired/startup_probe.py)
+    pod: str = ""
+    started_at: datetime | None = None
+    restarts: int = 0
 
     @property
     def serving(self) -> bool:
@@ -49,10 +54,11 @@ def _time(value: Any) -> datetime | None:
     return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
 
 
-def pod_readiness(pod: Mapping[str, Any], plan_hash_annotation: str) -> PodReadiness:
+def pod_readiness(pod: Mapping[str, Any], plan_hash_annotation: str, container: str = "") -> PodReadiness:
     """What a pod says of its readiness: from its conditions (a pod as the API server gives it) or from the pod
     watch's summary (``status.ready`` and ``status.readySince``, controller/observed.py). A Ready pod whose
-    condition has no readable time is not counted as Ready (its time is what a recovery records)."""
+    condition has no readable time is not counted as Ready (its time is what a recovery records). ``container``:
+    the one whose running state's ``startedAt`` and ``restartCount`` are read."""
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     plan = (meta.get("annotations") or {}).get(plan_hash_annotation)
     ready = [c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("type") == "Ready"]
@@ -60,8 +66,14 @@ def pod_readiness(pod: Mapping[str, Any], plan_hash_annotation: str) -> PodReadi
         is_ready, since = ready[0].get("status") == "True", ready[0].get("lastTransitionTime")
     else:
         is_ready, since = status.get("ready") == "True", status.get("readySince")
+    runs = [cs for cs in status.get("containerStatuses") or [] if isinstance(cs, Mapping)
+            and cs.get("name") == container]
+    started = ((runs[0].get("state") or {}).get("running") or {}).get("startedAt") if runs else None
+    restarts = runs[0].get("restartCount") if runs else 0
     return PodReadiness(plan if isinstance(plan, str) else None, _time(since) if is_ready else None,
-                        terminating=bool(meta.get("deletionTimestamp")))
+                        terminating=bool(meta.get("deletionTimestamp")), pod=str(meta.get("name") or ""),
+                        started_at=_time(started),
+                        restarts=restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else 0)
 
 
 @dataclass(frozen=True)

@@ -84,12 +84,23 @@ class WorkloadInputs:
     held: bool = False
     #: LoRA adapters are loaded and unloaded on the running pods (desired/lora_sync.py): vLLM's runtime API is on
     lora_runtime: bool = False
+    #: the startup probe's length chosen for this plan (desired/startup_probe.py); None: the formula's
+    startup_budget: int | None = None
+
+    @property
+    def downloads_weights(self) -> bool:
+        """The pod fetches the weights itself (an hf:// source without the model cache)."""
+        return self.cache_claim is None and downloads(self.spec)
+
+    @property
+    def formula_startup_seconds(self) -> int:
+        """The formula's startup probe: the weights' load (and download, when the pod fetches them)."""
+        return rollout.startup_seconds(self.plan.config, downloads=self.downloads_weights)
 
     @property
     def startup_seconds(self) -> int:
-        """The startup probe's length: the weights' load (and download, when the pod fetches them)."""
-        return rollout.startup_seconds(self.plan.config,
-                                       downloads=self.cache_claim is None and downloads(self.spec))
+        """The startup probe's length: the one chosen for the plan, else the formula's."""
+        return self.startup_budget if self.startup_budget is not None else self.formula_startup_seconds
 
     @property
     def replica_count(self) -> int:

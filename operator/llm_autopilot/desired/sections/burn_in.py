@@ -4,9 +4,10 @@ load is remediation evidence."""
 
 from __future__ import annotations
 
+from llm_autopilot.api.conditions import without_condition
 from llm_autopilot.api.v1alpha1 import BurnInStatus, LLMDeploymentSpec, PodBurnInStatus
 from llm_autopilot.desired import burn_in
-from llm_autopilot.desired.burn_in import BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInReading, BurnInStart
+from llm_autopilot.desired.burn_in import BURN_IN, BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInReading, BurnInStart
 from llm_autopilot.desired.planning import Rendered
 from llm_autopilot.desired.vocabulary import Draft
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
@@ -35,8 +36,8 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
     returns the KV-saturation evidence a failed run gave (its key, its signal)."""
     wanted = spec.verification.burn_in
     if wanted is None:
-        d.conditions = [c for c in d.conditions if c.get("type") != burn_in.BURN_IN_PASSED]
-        d.put("burnIn", None)
+        d.conditions = without_condition(d.conditions, burn_in.BURN_IN_PASSED)
+        d.put(BURN_IN, None)
         d.out.effects.append(BurnInKeep(()))
         return None
     seen = d.world.reading(BurnInReading)
@@ -94,7 +95,6 @@ def report_burn_in(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> tuple[str,
             judged.append((leader.pod, None))
         d.waiting = True  # the next resync looks again (a run's end changes nothing the watches see)
     d.out.effects += [*starts, keep, *gates]  # the runs started and kept, then the gates written
-    d.put("burnIn", BurnInStatus(plan_hash=r.plan_hash, pods=tuple(records[:64])).model_dump(
-        by_alias=True, mode="json"))
+    d.put(BURN_IN, BurnInStatus(plan_hash=r.plan_hash, pods=tuple(records[:64])))
     d.condition(burn_in.BURN_IN_PASSED, *burn_in.condition(judged))
     return signal

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
+from llm_autopilot.desired.status_fields import CACHE
 from llm_autopilot.desired.vocabulary import MODEL_CACHED, Asks, Draft
 from llm_autopilot.planner.plan import Plan
 from llm_autopilot.render import cache, rollout
@@ -44,7 +45,7 @@ def report_cache(d: Draft) -> None:
     status = d.cache_status
     if status is None:
         return
-    d.put("cache", status.model_dump(by_alias=True, exclude_none=True))
+    d.put(CACHE, status)
     before = d.conditions
     d.condition(MODEL_CACHED, *cache_condition(status))
     if status.state == "Failed" and before != d.conditions:

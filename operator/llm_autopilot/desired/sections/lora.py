@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from llm_autopilot.api.lora import lora_refusal
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
 from llm_autopilot.desired import lora_sync
+from llm_autopilot.desired.status_fields import LORA, LORA_SOURCES
 from llm_autopilot.desired.vocabulary import Draft, LoRAAsk
 from llm_autopilot.desired.world import AdapterReading
 from llm_autopilot.planner.config import ServingConfig
@@ -33,8 +34,7 @@ def adapter_refusal(spec: LLMDeploymentSpec, reading: AdapterReading) -> Adapter
 
 def report_lora_sources(d: Draft, reading: AdapterReading) -> None:
     """status.loraSources (removed without pvc:// adapters)."""
-    d.put("loraSources", [s.model_dump(by_alias=True, exclude_none=True) for s in reading.sources]
-          if reading.sources is not None else None)
+    d.put(LORA_SOURCES, list(reading.sources) if reading.sources is not None else None)
 
 
 def downloads_waiting(status: CacheStatus | None) -> dict[str, str]:
@@ -59,7 +59,7 @@ def report_lora(d: Draft, spec: LLMDeploymentSpec, config: ServingConfig) -> Non
     exactly the spec's adapters. Without LoRA status.lora goes and no pod is called."""
     updates = lora_sync.updates_for(spec, config.vllm.version, nodes=config.nodes)
     if updates is None:
-        d.put("lora", None)
+        d.put(LORA, None)
         return
     waiting = downloads_waiting(d.cache_status)
     reading = d.world.lora
@@ -72,5 +72,5 @@ def report_lora(d: Draft, spec: LLMDeploymentSpec, config: ServingConfig) -> Non
     for event in reading.events:
         if not lora_sync.repeated(event, previous):
             d.event(*event)
-    d.put("lora", status.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    d.put(LORA, status)
     d.out.settled = d.out.settled and lora_sync.settled(status)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready
+from llm_autopilot.api.conditions import DEGRADED, PLANNED, READY, deployment_ready, get_condition
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.desired.planning import Rendered
+from llm_autopilot.desired.status_fields import PLAN, READY_REPLICAS, REPLICAS, SELECTOR
 from llm_autopilot.desired.vocabulary import Draft
 from llm_autopilot.remediation.state import effective_replicas
 from llm_autopilot.render.kubernetes import label_selector
@@ -21,11 +22,11 @@ def ready_condition(deployment: dict[str, Any] | None, *, spec_replicas: int, ma
     return deployment_ready(deployment, replicas)
 
 
-def observed_replicas(deployment: Mapping[str, Any] | None) -> dict[str, int]:
+def observed_replicas(deployment: Mapping[str, Any] | None) -> tuple[int, int]:
     """status.replicas and status.readyReplicas (the REPLICAS and AVAILABLE columns) from the workload's status:
     written with Ready."""
     observed = (deployment or {}).get("status") or {}
-    return {"replicas": _int(observed.get("replicas")), "readyReplicas": _int(observed.get("availableReplicas"))}
+    return _int(observed.get("replicas")), _int(observed.get("availableReplicas"))
 
 
 def _int(value: Any) -> int:
@@ -35,9 +36,8 @@ def _int(value: Any) -> int:
 def report_plan(d: Draft, r: Rendered, spec: LLMDeploymentSpec, deployment: dict[str, Any] | None) -> None:
     """status.plan (an Event when it changes), Planned, Ready from the workload as read, the replicas and the
     selector; Degraded=False unless remediation said otherwise; an Event per new plan warning."""
-    plan_dict = r.status.model_dump(by_alias=True, exclude_none=True)
-    if d.status.get("plan") != plan_dict:
-        d.put("plan", plan_dict)
+    if d.read.plan != r.status:
+        d.put(PLAN, r.status)
         d.event("Normal", "Planned", f"{r.plan.summary}, {r.status.quantization} weights, "
                                      f"{r.status.kv_cache_dtype} KV, max_model_len {r.status.max_model_len}")
     memory = r.status.memory
@@ -47,10 +47,12 @@ def report_plan(d: Draft, r: Rendered, spec: LLMDeploymentSpec, deployment: dict
     d.condition(READY, *ready_condition(deployment, spec_replicas=spec.replicas,
                                         max_replicas=spec.remediation.max_replicas,
                                         remediation=remediation, autoscaled=spec.autoscaling is not None))
-    for key, value in (*observed_replicas(deployment).items(), ("selector", label_selector(r.serving_selector))):
-        d.put(key, value)
-    if not any(c.get("type") == DEGRADED for c in d.conditions):
+    replicas, ready = observed_replicas(deployment)
+    d.put(REPLICAS, replicas)
+    d.put(READY_REPLICAS, ready)
+    d.put(SELECTOR, label_selector(r.serving_selector))
+    if get_condition(d.conditions, DEGRADED) is None:
         d.condition(DEGRADED, False, "AsPlanned", "running the planned configuration")
     for warning in r.status.warnings:
-        if warning not in ((d.status.get("plan") or {}).get("warnings") or []):
+        if d.read.plan is None or warning not in d.read.plan.warnings:
             d.event("Warning", "PlanWarning", warning)

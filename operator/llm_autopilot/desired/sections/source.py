@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from llm_autopilot.api.conditions import PLANNED
+from llm_autopilot.desired.status_fields import SOURCE
 from llm_autopilot.desired.vocabulary import INSPECTING, MESSAGE_LIMIT, Draft, Intent
 from llm_autopilot.desired.world import SourceView
 from llm_autopilot.remediation.text import clean_line
@@ -13,7 +14,7 @@ from llm_autopilot.remediation.text import clean_line
 
 def report_source(d: Draft, found: SourceView | None) -> None:
     """status.source: what was read (removed when nothing was)."""
-    d.put("source", found.status.model_dump(by_alias=True, exclude_none=True) if found and found.status else None)
+    d.put(SOURCE, found.status if found else None)
 
 
 def inspecting(d: Draft, found: SourceView) -> Intent:

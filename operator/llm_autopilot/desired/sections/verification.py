@@ -1,11 +1,14 @@
-"""Section: status.kvCalibration (the calibration the plan applies) and status.verification with PlanVerified (vLLM's
-own KV figures of the plan's Ready pods, read once per plan and judged by planner/verify.py)."""
+"""Section: status.kvCalibration (the calibration the plan applies), status.verification with PlanVerified (vLLM's
+own KV figures of the plan's Ready pods, read once per plan and judged by planner/verify.py), and status.releases
+(each vLLM release's last reading, kept across upgrades)."""
 
 from __future__ import annotations
 
+from llm_autopilot.api.status import ReleaseVerification
 from llm_autopilot.api.v1alpha1 import KVCalibrationStatus, VerificationStatus
 from llm_autopilot.desired.calibration import Calibrations, sample_of
 from llm_autopilot.desired.planning import Rendered, calibration_key
+from llm_autopilot.desired.status_fields import KV_CALIBRATION, RELEASES, VERIFICATION
 from llm_autopilot.desired.vocabulary import Asks, Draft, VerificationAsk
 from llm_autopilot.planner import verify
 
@@ -18,11 +21,26 @@ def known_verification(known: VerificationStatus | None, tolerance_percent: floa
     return verify.Known(known.plan_hash, frozenset(p.pod for p in known.pods) | {s.pod for s in known.stages or ()})
 
 
+#: status.releases keeps this many releases (the CRD's bound)
+RELEASES_KEPT = 8
+
+
+def releases_seen(previous: tuple[ReleaseVerification, ...],
+                  found: VerificationStatus) -> tuple[ReleaseVerification, ...]:
+    """status.releases with the reading just made: that release's entry replaced and moved last (the newest last),
+    the others kept, at most RELEASES_KEPT."""
+    entry = ReleaseVerification(vllm_version=found.vllm_version, predicted_tokens=found.predicted_tokens,
+                                actual_tokens=found.actual_tokens, error_percent=found.error_percent,
+                                verified=found.verified, plan_hash=found.plan_hash, time=found.time)
+    kept = tuple(e for e in previous if e.vllm_version != entry.vllm_version)
+    return (*kept, entry)[-RELEASES_KEPT:]
+
+
 def report_calibration(d: Draft, r: Rendered, calibrations: Calibrations) -> KVCalibrationStatus:
     """status.kvCalibration: the calibrations this spec plans with (chosen once per spec, replicas aside)."""
     pin = calibrations.pin_for(calibration_key(r), r.plan.estimate)
-    d.put("kvCalibration", pin.model_dump(by_alias=True, exclude_none=True, mode="json"))
-    if calibrations.kept and (patch := d.patch_of("kvCalibration")) is not None:
+    d.put(KV_CALIBRATION, pin)
+    if calibrations.kept and (patch := d.patch_of(KV_CALIBRATION)) is not None:
         d.out.pin = patch  # recorded before the objects that plan with it (no store: nothing to choose)
     return pin
 
@@ -51,7 +69,9 @@ def report_verification(d: Draft, r: Rendered, tolerance: float, calibration: st
         d.out.calibration_sample = sample_of(calibration_key(r), decision.results, uncalibrated,
                                              f"{d.owner.namespace}/{d.owner.name}",
                                              d.now) if decision.mismatch is None else None
-        d.put("verification", found.model_dump(by_alias=True, exclude_none=True, mode="json") if found else None)
+        d.put(VERIFICATION, found)
+        if found is not None and decision.mismatch is None:  # a pod of another release: not this plan's figures
+            d.put(RELEASES, releases_seen(d.read.releases or (), found))
     status, reason, message = decision.condition
     if not reason:
         return None
