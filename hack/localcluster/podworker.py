@@ -587,13 +587,17 @@ class PodWorker(threading.Thread):
         runtime.stop(c.instance, max(deadline - time.monotonic(), MIN_GRACE_AFTER_HOOK_SECONDS))
 
     def _terminate(self) -> None:
-        deadline = time.monotonic() + self._deletion_grace()
+        began = time.monotonic()
+        deadline = began + self._deletion_grace()
         running = [c for c in self.containers if c.instance is not None]
         stoppers = [threading.Thread(target=self._stop_container, args=(c, deadline), daemon=True) for c in running]
         for thread in stoppers:  # every container at once, each with the whole grace period, as the kubelet does
             thread.start()
         for thread in stoppers:
             thread.join()
+        if running:  # how long the preStop hooks and the drain took: a slow teardown is read here
+            self.kubelet.log(f"{self.namespace}/{self.name}: containers stopped {time.monotonic() - began:.1f}s "
+                             "after the deletion was seen")
         for c in running:
             assert c.instance is not None
             runtime.reap(c.instance, c.oom_kills_before)
