@@ -20,6 +20,10 @@ Follows the kubelet's rules where the operator can see them:
   bind-mounted there, default ``/dev/termination-log``; its last 4096 bytes, as the kubelet reads it), else
   with ``FallbackToLogsOnError`` the last 80 lines / 2048 bytes of the log, for a non-zero exit;
 - the log of the current and the previous instance stay readable (``pods/log``, ``previous=true``);
+- a deleted pod's containers stop as the kubelet stops them, all at once: the exec ``preStop`` hook in the
+  container (its namespaces, cgroup and environment; a failure is a ``FailedPreStopHook`` Event), then SIGTERM to
+  the container's main process only, then SIGKILL once the deletion's grace period (``deletionGracePeriodSeconds``,
+  else ``terminationGracePeriodSeconds``; at most 600 s), counted from the deletion's start, is over;
 - ``readinessGates``: Ready only when the containers are ready and every gate's condition (written by others,
   kept: the status is a strategic merge, conditions by type) is True, else ``ReadinessGatesNotReady``.
 """
@@ -47,8 +51,13 @@ SERVICE_ACCOUNT_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 INITIAL_BACKOFF = 10.0
 MAX_BACKOFF = 300.0
 TICK = 0.5
-#: a terminating pod's containers get at most this long: the tests' patience, not the pod's 60 s
+#: a container a probe failed gets at most this long after SIGTERM: the tests' patience
 MAX_GRACE_SECONDS = 15.0
+#: a deleted pod's grace period at most (its preStop hooks and its containers' drain): longer than any drain a
+#: test asks for, short enough that a stuck container does not hold a test for its whole hour
+MAX_DELETION_GRACE_SECONDS = 600.0
+#: the kubelet's minimumGracePeriodInSeconds: what a container gets after a preStop hook that used up the rest
+MIN_GRACE_AFTER_HOOK_SECONDS = 2.0
 VOLUME_RETRY_SECONDS = 2.0
 
 _QUANTITY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
@@ -556,12 +565,43 @@ class PodWorker(threading.Thread):
         seconds = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
         return min(float(seconds if seconds is not None else 30), MAX_GRACE_SECONDS)
 
+    def _deletion_grace(self) -> float:
+        """The grace period of the pod's deletion: the one the delete asked for (metadata.deletionGracePeriodSeconds),
+        else the pod's terminationGracePeriodSeconds, as the kubelet takes it; capped."""
+        seconds = self.pod["metadata"].get("deletionGracePeriodSeconds")
+        if seconds is None:
+            seconds = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+        return min(float(seconds if seconds is not None else 30), MAX_DELETION_GRACE_SECONDS)
+
+    def _stop_container(self, c: Container, deadline: float) -> None:
+        """The kubelet's killContainer on a pod's deletion: the exec preStop hook (bounded by the grace period),
+        then SIGTERM to the main process and SIGKILL at the deadline, which counts from the deletion's start."""
+        assert c.instance is not None
+        hook = ((c.spec.get("lifecycle") or {}).get("preStop") or {}).get("exec") or {}
+        if hook.get("command"):
+            failed = runtime.exec_hook(c.instance, [str(part) for part in hook["command"]],
+                                       deadline - time.monotonic())
+            if failed is not None:
+                self.kubelet.event(self.pod, "Warning", "FailedPreStopHook",
+                                   f"PreStopHook failed: {failed}")
+        runtime.stop(c.instance, max(deadline - time.monotonic(), MIN_GRACE_AFTER_HOOK_SECONDS))
+
     def _terminate(self) -> None:
-        for c in self.containers:
-            if c.instance is not None:
-                runtime.stop(c.instance, self._grace())
-                runtime.reap(c.instance, c.oom_kills_before)
-                c.instance = None
+        began = time.monotonic()
+        deadline = began + self._deletion_grace()
+        running = [c for c in self.containers if c.instance is not None]
+        stoppers = [threading.Thread(target=self._stop_container, args=(c, deadline), daemon=True) for c in running]
+        for thread in stoppers:  # every container at once, each with the whole grace period, as the kubelet does
+            thread.start()
+        for thread in stoppers:
+            thread.join()
+        if running:  # how long the preStop hooks and the drain took: a slow teardown is read here
+            self.kubelet.log(f"{self.namespace}/{self.name}: containers stopped {time.monotonic() - began:.1f}s "
+                             "after the deletion was seen")
+        for c in running:
+            assert c.instance is not None
+            runtime.reap(c.instance, c.oom_kills_before)
+            c.instance = None
         self.kubelet.forget_targets(self)
         self.network.teardown()
         shutil.rmtree(self.dir, ignore_errors=True)  # logs and emptyDir volumes go with the pod

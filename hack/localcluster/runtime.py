@@ -183,14 +183,46 @@ def signal_all(instance: Instance, sig: signal.Signals) -> None:
 
 
 def stop(instance: Instance, grace_seconds: float) -> None:
-    """SIGTERM, then SIGKILL after the grace period, as the kubelet kills a container."""
+    """SIGTERM to the container's main process only, as a runtime's StopContainer signals the container's init
+    (vLLM's API server then stops its engine itself; a worker signalled directly would end its part of the
+    engine under the requests in flight); SIGKILL to the whole container after the grace period."""
     if instance.exited() is None:
-        signal_all(instance, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(instance.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_seconds
         while instance.exited() is None and time.monotonic() < deadline:
             time.sleep(0.1)
     signal_all(instance, signal.SIGKILL)
     instance.process.wait()
+
+
+def container_environment(instance: Instance) -> dict[str, str]:
+    """The environment the container's main process started with (what an exec in the container gets)."""
+    try:
+        raw = Path(f"/proc/{instance.process.pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {key.decode(errors="replace"): value.decode(errors="replace") for key, value in pairs}
+
+
+def exec_hook(instance: Instance, command: list[str], timeout_seconds: float) -> str | None:
+    """An exec lifecycle hook, run as a kubelet's ExecSync runs it: in the container's cgroup, its mount and network
+    namespaces and its environment (``command[0]`` found on the container's PATH). None when it exited 0 within
+    ``timeout_seconds``, else why not (the kubelet's FailedPreStopHook message)."""
+    if instance.exited() is not None or not command:
+        return "the container is not running"
+    argv = ["/bin/sh", "-c", _ENTER_CGROUP, str(instance.cgroup.procs_file),
+            "nsenter", f"--target={instance.process.pid}", "--mount", "--net", "--", *command]
+    try:
+        result = subprocess.run(argv, env=container_environment(instance), stdin=subprocess.DEVNULL,
+                                capture_output=True, timeout=max(timeout_seconds, 0.1), check=False)
+    except subprocess.TimeoutExpired:
+        return f"{shlex.join(command)} did not end within {timeout_seconds:.0f}s"
+    if result.returncode != 0:
+        output = (result.stdout + result.stderr).decode(errors="replace").strip()[-500:]
+        return f"{shlex.join(command)} exited {result.returncode}: {output}"
+    return None
 
 
 def reap(instance: Instance, oom_kills_before: int) -> Exit:

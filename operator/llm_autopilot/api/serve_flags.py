@@ -114,6 +114,8 @@ OWNED_FLAGS: dict[str, str] = {
              "--lora-target-modules", "--specialize-active-lora", "--no-specialize-active-lora"),
     **{flag: f"set by the operator from the spec; set spec.vllm.{passed.alias} instead"
        for passed in PASSED_FLAGS for flag in passed.flags},
+    "--shutdown-timeout": "set by the operator from spec.vllm.drainSeconds (with the pod's preStop wait and "
+                          "terminationGracePeriodSeconds to match); set spec.vllm.drainSeconds instead",
     "--config": "a config file sets flags no admission check sees; put the flags in spec.vllm.extraArgs",
     "--port": "the Service and the health probes target port 8000 on the pod IP; it cannot be changed",
     "--host": "the Service and the health probes reach vLLM on the pod IP, so it listens on all addresses; "

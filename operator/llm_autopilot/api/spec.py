@@ -46,6 +46,12 @@ from llm_autopilot.api.sources import (
     source_problem,
 )
 from llm_autopilot.domain import egress
+from llm_autopilot.domain.drain import (
+    DRAIN_MARGIN_SECONDS,
+    DRAIN_SECONDS_DEFAULT,
+    DRAIN_SECONDS_MAX,
+    PRE_STOP_SECONDS,
+)
 from llm_autopilot.planner.verify import TOLERANCE_PERCENT as VERIFICATION_TOLERANCE_PERCENT
 
 QuantizationName = Literal["none", "fp8", "awq", "gptq"]
@@ -376,6 +382,14 @@ class VLLMSettings(APIModel):
         description="vLLM's reasoning parser (--reasoning-parser), e.g. deepseek_r1 or qwen3: the model's reasoning "
         "is returned apart from its answer. vLLM checks the name against the parsers of its release when it starts "
         "(an unknown one fails the start, with vLLM's list of names in the pod's log).")
+    drain_seconds: int = Field(
+        DRAIN_SECONDS_DEFAULT, ge=0, le=DRAIN_SECONDS_MAX,
+        description="How long a pod being replaced or removed may take to finish the requests it is generating, in "
+        "seconds: vLLM's --shutdown-timeout (vLLM 0.18 and later; an older release aborts them), after a "
+        f"{PRE_STOP_SECONDS} s preStop wait in which the pod leaves the Service's endpoints, so no new request "
+        "reaches it once vLLM stops accepting; the pod's terminationGracePeriodSeconds is that wait, this and "
+        f"{DRAIN_MARGIN_SECONDS} s more. Default {DRAIN_SECONDS_DEFAULT}; at most {DRAIN_SECONDS_MAX} (1 hour). "
+        "0: no drain (no preStop wait, vLLM aborts what is in flight when the pod stops).")
 
     def passed_args(self) -> tuple[str, ...]:
         """The fields passed to ``vllm serve`` as given (api/serve_flags.PASSED_FLAGS), in the table's order."""

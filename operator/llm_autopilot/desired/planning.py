@@ -27,7 +27,13 @@ from llm_autopilot.remediation.state import Limits
 from llm_autopilot.render import cache, lora_volumes, model_volume, rollout
 from llm_autopilot.render.host_memory import host_memory
 from llm_autopilot.render.kubernetes import Owner, WorkloadInputs, plan_hash
-from llm_autopilot.render.vllm_args import ServeOptions, render_vllm_args, unknown_flags
+from llm_autopilot.render.vllm_args import (
+    SHUTDOWN_TIMEOUT_FLAG,
+    ServeOptions,
+    has_shutdown_timeout,
+    render_vllm_args,
+    unknown_flags,
+)
 from llm_autopilot.render.workload import Live, Shape, children
 from llm_autopilot.vllm.versions import VLLMVersion, behaviour_of
 
@@ -144,7 +150,8 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     args = render_vllm_args(plan, ServeOptions(served_model_name=served_name,
                                                revision=None if local else spec.model.revision,
                                                extra_args=tuple(spec.vllm.extra_args), model_path=local,
-                                               lora_modules=modules, spec_args=spec.vllm.passed_args()))
+                                               lora_modules=modules, spec_args=spec.vllm.passed_args(),
+                                               drain_seconds=spec.vllm.drain_seconds))
     version = str(plan.config.vllm.version)
     host = host_memory(plan, spec.vllm.extra_args).total_gib
     fit = replicas_that_fit(plan.config, choice.pool) if choice.pool.nodes else None
@@ -152,6 +159,9 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     unknown = unknown_flags(args, version)
     if unknown:
         plan_status.warnings.append(f"vLLM {version} does not accept {', '.join(unknown)} (from spec.vllm)")
+    if spec.vllm.drain_seconds and not has_shutdown_timeout(version):
+        plan_status.warnings.append(f"vLLM {version} has no {SHUTDOWN_TIMEOUT_FLAG} (0.18 and later have it): a pod "
+                                    "that stops aborts the requests in flight, whatever spec.vllm.drainSeconds says")
     products = choice.pool.products or tuple(plan.config.gpu.gfd_products)
     prometheus = (spec.autoscaling.prometheus_address or settings.prometheus_url) if spec.autoscaling else None
     inputs = WorkloadInputs(owner, spec, plan, tuple(args), spec.vllm.image or settings.default_image, products,

@@ -13,6 +13,10 @@ vLLM 0.33 runs one engine across nodes natively (``--nnodes``, ``--node-rank``, 
   separate leader and worker templates, its own headless Service and ``LWS_LEADER_ADDRESS``/``LWS_WORKER_INDEX``;
   the default ``RecreateGroupOnPodRestart`` restarts a group as a unit.
 
+On a deletion every pod of a group waits in its preStop hook while the pod leaves the endpoints
+(spec.vllm.drainSeconds, domain/drain.py), and a worker then waits on until its leader has drained and stopped
+(:func:`worker_pre_stop`).
+
 Every pod carries the LLMDeployment's labels and the plan hash, so a worker's crash or OOM counts against the plan
 like the leader's. Clients reach the leaders through the LLMDeployment's own Service. With a burn-in
 (spec.verification.burnIn) every pod of a group carries its readiness gate (a StatefulSet has one template for
@@ -26,6 +30,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from llm_autopilot.domain.drain import pre_stop_seconds
 from llm_autopilot.render.kubernetes import (
     PLAN_HASH,
     Owner,
@@ -71,6 +76,30 @@ PROBE_SCRIPT = (
     "exec python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=4)' "
     f'"http://$h:{VLLM_PORT}/health"'
 )
+
+
+#: how often a worker's preStop asks whether its leader still answers
+_LEADER_POLL_SECONDS = 2
+
+
+def _leader_answers(leader: str) -> str:
+    return ("python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=4)' "
+            f'"http://{leader}:{VLLM_PORT}/health" 2>/dev/null')
+
+
+def worker_pre_stop(inputs: WorkloadInputs, *, leader: str, rank: str | None = None) -> list[str] | None:
+    """A group pod's preStop: the leader's wait (the pod leaves the endpoints), then, on a worker, a wait while
+    the leader still answers. A headless worker stops its part of the engine on SIGTERM (vLLM's run_headless
+    raises SystemExit), so it must outlive the leader's drain or the requests in flight fail; the kubelet ends
+    the wait at the grace period. ``leader`` and ``rank`` are shell expressions (the rank: None on a
+    LeaderWorkerSet's worker template, which holds workers only). None: no drain."""
+    seconds = pre_stop_seconds(inputs.spec.vllm.drain_seconds)
+    if not seconds:
+        return None
+    wait = f"while {_leader_answers(leader)}; do sleep {_LEADER_POLL_SECONDS}; done"
+    if rank is not None:
+        wait = f'if [ "{rank}" != 0 ]; then {wait}; fi'
+    return ["/bin/sh", "-c", f"sleep {seconds}; {wait}"]
 
 
 def group_name(name: str, index: int) -> str:
@@ -135,7 +164,7 @@ def statefulset(inputs: WorkloadInputs, index: int, *, replicas: int | None = No
     env: list[dict[str, Any]] = [{"name": NODE_RANK_ENV, "valueFrom": rank}, {"name": LEADER_ENV, "value": leader}]
     vllm = container(inputs, command=["/bin/sh", "-c", SERVE_SCRIPT, "vllm-serve"],
                      args=multinode_args(inputs.args, c.nodes, leader), probes=_exec_probes(inputs.startup_seconds),
-                     env=env)
+                     env=env, pre_stop=worker_pre_stop(inputs, leader=f"${LEADER_ENV}", rank=f"${NODE_RANK_ENV}"))
     pod_labels = {**labels(owner), GROUP_LABEL: str(index)}
     return with_hash({
         "apiVersion": "apps/v1",
@@ -162,7 +191,8 @@ def leader_worker_set(inputs: WorkloadInputs, *, replicas: int | None = None) ->
     leader = container(inputs, command=["vllm", "serve"], args=[*args, "--node-rank", "0"],
                        probes=http_probes(inputs.startup_seconds))
     worker = container(inputs, command=["vllm", "serve"],
-                       args=[*args, "--node-rank", "$(LWS_WORKER_INDEX)", "--headless"], probes={})
+                       args=[*args, "--node-rank", "$(LWS_WORKER_INDEX)", "--headless"], probes={},
+                       pre_stop=worker_pre_stop(inputs, leader="$LWS_LEADER_ADDRESS"))
     annotations = {PLAN_HASH: plan_hash(inputs)}
     return with_hash({
         "apiVersion": LWS_API_VERSION,

@@ -19,10 +19,11 @@ from llm_autopilot.api.kubernetes_rules import parse_quantity
 from llm_autopilot.api.v1alpha1 import HUB_TOKEN_ENV, LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import GFD_PRODUCT
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
+from llm_autopilot.domain.drain import pre_stop_seconds, termination_grace_seconds
 from llm_autopilot.planner.plan import Plan
 from llm_autopilot.render import cache, lora_volumes, model_volume, rollout
 from llm_autopilot.render.model_volume import downloads
-from llm_autopilot.render.vllm_args import VLLM_PORT
+from llm_autopilot.render.vllm_args import VLLM_PORT, without_shutdown_timeout
 from llm_autopilot.vllm.versions import RUNTIME_LORA_UPDATING_ENV
 
 INPUT_HASH = f"{GROUP}/input-hash"
@@ -255,8 +256,20 @@ def _affinity(inputs: WorkloadInputs) -> dict[str, Any] | None:
     }]}}}
 
 
+def pre_stop_sleep(inputs: WorkloadInputs) -> list[str] | None:
+    """The preStop hook's command: a wait while the pod leaves the Service's endpoints, so vLLM gets SIGTERM (and
+    refuses new requests) only once none are routed to it. An exec hook (`sleep` is in every image with a shell).
+    None: no drain."""
+    seconds = pre_stop_seconds(inputs.spec.vllm.drain_seconds)
+    return ["sleep", str(seconds)] if seconds else None
+
+
 def container(inputs: WorkloadInputs, *, command: list[str], args: list[str], probes: dict[str, Any],
-              env: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+              env: Sequence[dict[str, Any]] = (), pre_stop: list[str] | None = None) -> dict[str, Any]:
+    """The vLLM container; ``pre_stop`` replaces the preStop command (:func:`pre_stop_sleep`) where the pod
+    needs another (a group's worker waits for its leader)."""
+    hook = pre_stop or pre_stop_sleep(inputs)
+    lifecycle = {"lifecycle": {"preStop": {"exec": {"command": hook}}}} if hook else {}
     return {
         "name": CONTAINER,
         "image": inputs.image,
@@ -270,6 +283,7 @@ def container(inputs: WorkloadInputs, *, command: list[str], args: list[str], pr
                          *model_volume.mounts(inputs.spec), *lora_volumes.mounts(inputs.spec),
                          *([cache.pod_mount()] if inputs.cache_claim else [])],
         **probes,
+        **lifecycle,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
@@ -289,7 +303,8 @@ def pod_spec(inputs: WorkloadInputs, vllm: dict[str, Any]) -> dict[str, Any]:
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _gib(max(2, 2 * gpus))}},
                     {"name": "home", "emptyDir": {}}, *model_volume.volumes(spec), *lora_volumes.volumes(spec),
                     *([cache.pod_volume(inputs.cache_claim)] if inputs.cache_claim else [])],
-        "terminationGracePeriodSeconds": 60,
+        # the preStop wait, the drain (spec.vllm.drainSeconds) and vLLM's teardown (domain/drain.py)
+        "terminationGracePeriodSeconds": termination_grace_seconds(spec.vllm.drain_seconds),
         # vLLM never calls the Kubernetes API: the model code it runs gets no ServiceAccount token
         "automountServiceAccountToken": False,
         "securityContext": _pod_security_context(),
@@ -310,10 +325,14 @@ def plan_hash(inputs: WorkloadInputs) -> str:
     """What identifies the pods of one plan (remediation reads only their failures as evidence): vLLM's args and,
     when remediation raised it, the container memory limit. Without the limit, a memory step left the old pods
     (same args) counted as the new plan's, and their next OOM kill took a second step the new pods never earned.
-    The limit enters only when it is an override, so a workload without one keeps the hash it always had."""
+    The limit enters only when it is an override, so a workload without one keeps the hash it always had.
+    ``--shutdown-timeout`` never enters: how long a stopping pod drains changes nothing the plan serves, so a
+    changed spec.vllm.drainSeconds rolls the pods (their template changes) without making them a new plan whose
+    verification, remediation evidence and recovery start over."""
+    args = without_shutdown_timeout(inputs.args)
     if inputs.memory_limit_gib is None:
-        return content_hash(list(inputs.args))
-    return content_hash([*inputs.args, {"memoryLimitGiB": inputs.memory_limit_gib}])
+        return content_hash(args)
+    return content_hash([*args, {"memoryLimitGiB": inputs.memory_limit_gib}])
 
 
 def metadata(owner: Owner, name: str | None = None, extra_labels: dict[str, str] | None = None) -> dict[str, Any]:

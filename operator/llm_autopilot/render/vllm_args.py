@@ -13,8 +13,9 @@ from llm_autopilot.vllm.flags import flag_name, is_option, known_flags, normalis
 from llm_autopilot.vllm.versions import VLLMVersion
 
 #: OWNED_FLAGS is the one table (api/serve_flags.py); re-exported for the callers of this module
-__all__ = ["OWNED_FLAGS", "ExtraArgRefused", "ServeOptions", "command_line", "conflicting_extra_args",
-           "cuda_graph_capture_args", "flags_in", "lora_args", "render_vllm_args", "unknown_flags"]
+__all__ = ["OWNED_FLAGS", "SHUTDOWN_TIMEOUT_FLAG", "ExtraArgRefused", "ServeOptions", "command_line",
+           "conflicting_extra_args", "cuda_graph_capture_args", "flags_in", "has_shutdown_timeout", "lora_args",
+           "render_vllm_args", "shutdown_args", "unknown_flags", "without_shutdown_timeout"]
 
 VLLM_PORT = 8000
 
@@ -41,6 +42,8 @@ class ServeOptions:
     lora_modules: tuple[tuple[str, str], ...] | None = None
     #: the spec's fields passed as given (``VLLMSettings.passed_args``), after the planned flags
     spec_args: tuple[str, ...] = ()
+    #: spec.vllm.drainSeconds: ``--shutdown-timeout`` where the release has it (:func:`shutdown_args`)
+    drain_seconds: int = 0
 
     def __post_init__(self) -> None:
         problems = [f"extraArgs[{i}]: {p}" for i, p in extra_args_problems(self.extra_args)]
@@ -79,9 +82,42 @@ def render_vllm_args(plan: Plan, options: ServeOptions = ServeOptions()) -> list
         args += ["--cpu-offload-gb", f"{c.cpu_offload_gib:g}"]
     args += lora_args(plan, modules=options.lora_modules)
     args += list(options.spec_args)
+    args += shutdown_args(options.drain_seconds, c.vllm.version)
     args += ["--port", str(options.port)]
     args += list(options.extra_args)
     return args
+
+
+#: vLLM's drain on SIGTERM (vllm/engine/arg_utils.py; in the flag table from 0.18.0 on)
+SHUTDOWN_TIMEOUT_FLAG = "--shutdown-timeout"
+
+
+def has_shutdown_timeout(version: str | VLLMVersion) -> bool:
+    return SHUTDOWN_TIMEOUT_FLAG in known_flags(version)
+
+
+def shutdown_args(drain_seconds: int, version: str | VLLMVersion) -> list[str]:
+    """``--shutdown-timeout N``: on SIGTERM vLLM refuses new requests and finishes those in flight for up to N
+    seconds (docs/users/rollouts.md). None for 0 (vLLM's own default: abort them) or a release without the flag
+    (older than 0.18: it aborts them, whatever it is told)."""
+    if drain_seconds <= 0 or not has_shutdown_timeout(version):
+        return []
+    return [SHUTDOWN_TIMEOUT_FLAG, str(drain_seconds)]
+
+
+def without_shutdown_timeout(args: Sequence[str]) -> list[str]:
+    """The arguments less ``--shutdown-timeout`` and its value: how long a stopping pod drains says nothing about
+    what the plan serves (the plan hash). The flag is owned, so the renderer's is the only one."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == SHUTDOWN_TIMEOUT_FLAG:
+            skip = True
+        else:
+            kept.append(arg)
+    return kept
 
 
 def lora_args(plan: Plan, *, modules: tuple[tuple[str, str], ...] | None = None) -> list[str]:
