@@ -337,8 +337,9 @@ class Kubelet:
 
     def _delete(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
-        self.api.request("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
-                         {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
+        code, _ = self.api.request("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                                   {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
+        self.log(f"{meta['namespace']}/{meta['name']}: deleted ({code})")
 
     def worker(self, namespace: str, name: str) -> PodWorker | None:
         with self._lock:

@@ -602,9 +602,12 @@ class PodWorker(threading.Thread):
             assert c.instance is not None
             runtime.reap(c.instance, c.oom_kills_before)
             c.instance = None
+        reaped = time.monotonic()
         self.kubelet.forget_targets(self)
         self.network.teardown()
         shutil.rmtree(self.dir, ignore_errors=True)  # logs and emptyDir volumes go with the pod
+        self.kubelet.log(f"{self.namespace}/{self.name}: torn down {time.monotonic() - began:.1f}s after the deletion "
+                         f"was seen (reaped at {reaped - began:.1f}s)")
 
     # --- status ----------------------------------------------------------------------------------------
 
