@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from llm_autopilot.controller.calibration_store import CalibrationBook
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.kube import ApplyRejected, LogUnavailable, NodeGPUs
+from llm_autopilot.controller.lora_runtime import LoRAAnswers
 from llm_autopilot.controller.metrics import MetricsUnavailable, QueryRejected
 from llm_autopilot.controller.reconcile import Outcome, reconcile
 from llm_autopilot.controller.runtime import Operator
@@ -262,6 +263,8 @@ class Run:
     generation: int = 1
     #: the burn-in runs (None: none)
     burn_ins: Any = None
+    #: vLLM's answers to the LoRA calls, kept between the passes as the Operator keeps them
+    lora_answers: LoRAAnswers = field(default_factory=LoRAAnswers)
     #: the operator's settings (the chart's switches)
     settings: OperatorSettings = field(default_factory=OperatorSettings)
 
@@ -276,7 +279,7 @@ class Run:
             out = reconcile(name=self.name, namespace=NAMESPACE, uid=self.uid, generation=self.generation,
                             spec_body=self.spec, status=copy.deepcopy(self.status), kube=self.cluster,
                             settings=self.settings, gatherer=self.gatherer, calibration=self.calibration,
-                            burn_ins=self.burn_ins)
+                            burn_ins=self.burn_ins, lora_answers=self.lora_answers)
         finally:
             for patch in self.cluster.status_patches[written:]:
                 self.status = merge_patch(self.status, patch)

@@ -23,6 +23,7 @@ from llm_autopilot.controller.gather import read_world
 from llm_autopilot.controller.kube import NodeGPUs
 from llm_autopilot.controller.settings import OperatorSettings
 from llm_autopilot.desired.intent import Intent, desired
+from llm_autopilot.desired.lora_calls import LoRAPodsAsk, LoRAReading
 from llm_autopilot.desired.world import (
     AdapterReading,
     Applied,
@@ -70,6 +71,8 @@ def answered(spec: dict[str, Any], world: World, deployment: dict[str, Any] | No
     plan = asked.workload.plan_hash
     world = dataclasses.replace(world, workload=WorkloadView(plan, deployment),
                                 evidence=evidence or Evidence(plan_id=plan))
+    if any(isinstance(ask, LoRAPodsAsk) for ask in asked.features):  # LoRA: no Ready pod yet
+        world = world.with_reading(LoRAReading())
     # then the plan's KV figures (plan verification): no pod of it read here
     asked = desired(spec, status or {}, world, NOW).asks
     if asked is not None and asked.verification is not None:

@@ -14,7 +14,8 @@ from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.status import Condition, ReleaseVerification, VerificationStatus
 from llm_autopilot.api.v1alpha1 import CachedAdapter, CacheStatus, LLMDeploymentSpec, SourceStatus
 from llm_autopilot.desired.burn_in import BurnInAsk, BurnInReading
-from llm_autopilot.desired.lora_sync import LoRAReading, PodView, Served
+from llm_autopilot.desired.lora_calls import LoRAKeep, LoRAPodCalls, LoRAPodsAsk, LoRAReading
+from llm_autopilot.desired.lora_sync import Answer, PodView, Served
 from llm_autopilot.desired.patch import merge_patch
 from llm_autopilot.desired.pipeline import desired
 from llm_autopilot.desired.planning import Rendered, context_of, counted_plan, render
@@ -458,62 +459,105 @@ def test_a_status_that_parses_says_nothing_of_it() -> None:
 
 # ---- status.lora ---------------------------------------------------------------------------------------------
 
-RUNTIME_LORA = {**QWEN, "lora": {"adapters": [{"name": "sql", "source": "hf://org/sql"}], "maxLoraRank": 8}}
+RUNTIME_LORA = {**QWEN, "vllm": {"version": "0.32.0"},
+                "lora": {"adapters": [{"name": "sql", "source": "hf://org/sql"}], "maxLoras": 1, "maxLoraRank": 8,
+                         "runtimeUpdates": True}}
+ROLLOUT_LORA = {**RUNTIME_LORA, "lora": {**RUNTIME_LORA["lora"], "runtimeUpdates": False}}
 SQL = Served("sql", "org/sql")
-FAILED_LOAD = ("Warning", "LoRAAdapterFailed", "load sql on p-0: 500: boom")
+OLD = Served("old", "org/old")
+REFUSED = Answer("load", "sql", "hf://org/sql", ok=False, refused=True, text="/v1/load_lora_adapter: 404: not found")
+
+
+def pod(served: tuple[Served, ...] | None, *answers: Answer, name: str = "p-0", uid: str = "u-0") -> PodView:
+    return PodView(name, served, uid, "10.0.0.1", answers=answers)
 
 
 @dataclass(frozen=True)
 class LoRACase:
     spec: dict[str, Any]
-    reading: LoRAReading | None
-    #: status.lora as read: a pass on the same reading's (True), or none
-    previous: bool = False
-    #: the effect asked of the shell, status.lora decided (absent: not yet), settled, events said
-    asks: bool = False
-    status: bool = False
+    #: the Ready pods as the reader found them (None: the spec has no LoRA, nothing read)
+    pods: tuple[PodView, ...] | None
+    #: per adapter of status.lora: (name, pods serving it, pods pending, message)
+    adapters: list[tuple[str, tuple[str, ...], tuple[str, ...], str]] | None
+    #: each pod's calls: (pod, [(kind, name)])
+    calls: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
+    #: the pods (uids) whose kept answers stay
+    keep: tuple[str, ...] = ()
+    removing: list[str] = field(default_factory=list)
     settled: bool = True
-    events: int = 0
+    events: list[str] = field(default_factory=list)
+    #: status.lora as read: this same pass's, decided on the same pods
+    previous: bool = False
 
 
 LORA_CASES = {
-    "no LoRA: status.lora goes, no pod is called": LoRACase(QWEN, None, previous=True),
-    "LoRA, pods not brought yet: the shell is asked": LoRACase(RUNTIME_LORA, None, asks=True),
-    "every pod serves the adapter: settled": LoRACase(RUNTIME_LORA, LoRAReading((PodView("p-0", (SQL,)),)),
-                                                      status=True),
-    "a pod failed to load it: said, unsettled": LoRACase(
-        RUNTIME_LORA, LoRAReading((PodView("p-0", (), {"sql": "500: boom"}),), (FAILED_LOAD,)), status=True,
-        settled=False, events=1),
-    "the same failure already in the status: not said again": LoRACase(
-        RUNTIME_LORA, LoRAReading((PodView("p-0", (), {"sql": "500: boom"}),), (FAILED_LOAD,)),
-        previous=True, status=True, settled=False),
+    "no LoRA: status.lora goes, no pod is called, every answer kept dropped": LoRACase(QWEN, None, None),
+    "nothing served yet: pending, and a load": LoRACase(
+        RUNTIME_LORA, (pod(()),), [("sql", (), ("p-0",), "")], calls=[("p-0", [("load", "sql")])], keep=("u-0",),
+        settled=False),
+    "served exactly: settled, no call": LoRACase(RUNTIME_LORA, (pod((SQL,)),), [("sql", ("p-0",), (), "")],
+                                                 keep=("u-0",)),
+    "an adapter the spec dropped: an unload": LoRACase(
+        RUNTIME_LORA, (pod((OLD, SQL)),), [("sql", ("p-0",), (), "")], calls=[("p-0", [("unload", "old")])],
+        keep=("u-0",), removing=["old"], settled=False),
+    "a refusal kept: vLLM's text said, not loaded again on that pod": LoRACase(
+        RUNTIME_LORA, (pod((), REFUSED), pod((), name="p-1", uid="u-1")),
+        [("sql", (), ("p-0", "p-1"), "p-0: /v1/load_lora_adapter: 404: not found")],
+        calls=[("p-1", [("load", "sql")])], keep=("u-0", "u-1"), settled=False, events=["LoRAAdapterFailed"]),
+    "a refusal kept of another source: loaded again": LoRACase(
+        RUNTIME_LORA, (pod((), dataclasses.replace(REFUSED, source="hf://org/sql-v1")),),
+        [("sql", (), ("p-0",), "")], calls=[("p-0", [("load", "sql")])], keep=("u-0",), settled=False),
+    "the same refusal already in the status: not said again": LoRACase(
+        RUNTIME_LORA, (pod((), REFUSED),), [("sql", (), ("p-0",), "p-0: /v1/load_lora_adapter: 404: not found")],
+        keep=("u-0",), settled=False, previous=True),
+    "a load the last pass made, served now: said once": LoRACase(
+        RUNTIME_LORA, (pod((SQL,), Answer("load", "sql", "hf://org/sql", ok=True)),), [("sql", ("p-0",), (), "")],
+        keep=("u-0",), events=["LoRAAdapterLoaded"]),
+    "a pod gone: only the pods read keep their answers": LoRACase(
+        RUNTIME_LORA, (pod((SQL,), name="p-1", uid="u-1"),), [("sql", ("p-1",), (), "")], keep=("u-1",)),
+    "rollout: read, never called": LoRACase(ROLLOUT_LORA, (pod((OLD,)),), [("sql", (), ("p-0",), "")],
+                                            keep=("u-0",), removing=["old"], settled=False),
+    "a pod that cannot be read: said, not called": LoRACase(
+        RUNTIME_LORA, (PodView("p-0", None, "u-0", unreadable="/v1/models: timed out"),),
+        [("sql", (), ("p-0",), "p-0: /v1/models: timed out")], keep=("u-0",), settled=False),
 }
 
 
 @pytest.mark.parametrize("name", sorted(LORA_CASES))
 def test_the_lora_section(name: str) -> None:
+    """status.lora and the calls decided in one pass, from the pods as read before the calls."""
     case = LORA_CASES[name]
+    spec = LLMDeploymentSpec.model_validate(case.spec)
+    readings = (LoRAReading(case.pods),) if case.pods is not None else ()
 
     def report(status: dict[str, Any] | None) -> Draft:
-        d = draft(case.spec, status)
-        d.world = dataclasses.replace(d.world, lora=case.reading or LoRAReading((PodView("p-0", (SQL,)),)))
+        d = draft(case.spec, status, readings=readings)
         d.out.settled = True
-        lora.report_lora(d, LLMDeploymentSpec.model_validate(RUNTIME_LORA), rendered(d, case.spec).plan.config)
+        assert lora.ask(d, spec) is None  # read already, or nothing to read
+        lora.report_lora(d, spec, rendered(d, case.spec).plan.config)
         return d
 
-    previous = report(None).after["lora"] if case.previous else None
-    d = draft(case.spec, {"lora": previous} if previous else None)
-    d.world = dataclasses.replace(d.world, lora=case.reading)
-    d.out.settled = True
-    lora.report_lora(d, LLMDeploymentSpec.model_validate(case.spec), rendered(d, case.spec).plan.config)
-    assert (d.out.lora is not None) is case.asks
-    if case.spec is QWEN:
-        assert patch(d) == ({"lora": None} if case.previous else {})
-    elif case.status:
-        assert d.after["lora"]["adapters"][0]["name"] == "sql"
+    as_read = report(None).after["lora"] if case.previous else {"updates": "Runtime", "reason": "as read"}
+    d = report({"lora": as_read})
+    keeps = [e for e in d.out.effects if isinstance(e, LoRAKeep)]
+    calls = [(e.pod, [(c.action.kind, c.action.name) for c in e.calls])
+             for e in d.out.effects if isinstance(e, LoRAPodCalls)]
+    assert keeps == [LoRAKeep(case.keep)] and calls == case.calls
+    if case.adapters is None:
+        assert patch(d)["lora"] is None
     else:
-        assert "lora" not in d.after
-    assert d.out.settled is case.settled and len(d.out.events) == case.events
+        decided = d.decided.lora
+        assert decided is not None
+        assert [(a.name, a.pods, a.pending, a.message) for a in decided.adapters] == case.adapters
+        assert [a.name for a in decided.removing] == case.removing
+    assert d.out.settled is case.settled and [e.reason for e in d.out.events] == case.events
+    assert d.out.retry is bool(case.calls)  # a pass soon after the calls reads the pods again
+
+
+def test_the_lora_section_asks_for_the_pods_with_the_workload() -> None:
+    d = draft(RUNTIME_LORA)
+    assert lora.ask(d, LLMDeploymentSpec.model_validate(RUNTIME_LORA)) == LoRAPodsAsk(d.owner.namespace, d.owner.name)
+    assert lora.ask(d, LLMDeploymentSpec.model_validate(QWEN)) is None
 
 
 def _release(version: str, tokens: int, minute: int) -> ReleaseVerification:

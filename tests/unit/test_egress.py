@@ -13,11 +13,12 @@ import pytest
 from llm_autopilot.api.spec import S3Options
 from llm_autopilot.controller.admission import review
 from llm_autopilot.controller.burn_in_load import run_load
-from llm_autopilot.controller.lora_runtime import ReadyPod, sync_pods
+from llm_autopilot.controller.lora_runtime import ReadyPod, call_pod, read_pods
 from llm_autopilot.controller.pod_reads import read_vllm_version
 from llm_autopilot.controller.settings import OperatorSettings, SettingsError
 from llm_autopilot.controller.sources import s3_client
 from llm_autopilot.desired import lora_sync
+from llm_autopilot.desired.lora_calls import LoRACall, LoRAPodCalls
 from llm_autopilot.domain import egress
 from llm_autopilot.domain.burn_in import BurnInLoad
 from llm_autopilot.domain.egress import Kind
@@ -275,9 +276,11 @@ def test_pods_at_a_refused_address_are_not_contacted() -> None:
     load = BurnInLoad(model="m", requests=2, max_tokens=4, prompt_tokens=4, timeout_seconds=5, port=8000)
     measured = run_load("127.0.0.1", load, transport=httpx.MockTransport(handler))
     assert measured.completed == 0 and "loopback" in measured.first_error
-    views, _ = sync_pods(lora_sync.Updates(True, "on"), [], [ReadyPod("p-0", "169.254.169.254")],
-                         client=lambda _: pytest.fail("contacted"))
+    views = read_pods([ReadyPod("p-0", "169.254.169.254")], {}, client=lambda _: pytest.fail("contacted"))
     assert views[0].unreadable and "link-local" in views[0].unreadable
+    calls = LoRAPodCalls("p-0", "u-0", "169.254.169.254",
+                         (LoRACall(lora_sync.Action("load", "a", "org/a"), "org/a"),))
+    assert call_pod(calls, client=lambda _: pytest.fail("contacted")) == []
     assert contacted == []
 
 

@@ -74,7 +74,7 @@ SECTIONS = "llm_autopilot.desired.sections"
 PIPELINE = "llm_autopilot.desired.pipeline"
 #: the modules below the pipeline and the sections: they import neither
 BELOW_SECTIONS = ["patch.py", "status_read.py", "status_fields.py", "vocabulary.py", "planning.py", "world.py",
-                  "burn_in.py", "calibration.py", "lora_sync.py", "refusals.py", "schedule.py"]
+                  "burn_in.py", "calibration.py", "lora_calls.py", "lora_sync.py", "refusals.py", "schedule.py"]
 
 
 def _desired_imports(path: Path) -> list[str]:

@@ -12,12 +12,14 @@ import httpx
 import pytest
 
 from llm_autopilot.api import convert
+from llm_autopilot.api.status import LoRAStatus
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.controller import lora_runtime, world_reads
-from llm_autopilot.controller.lora_runtime import ReadyPod, VLLMAdapters, ready_pods, sync_pods
-from llm_autopilot.desired import lora_sync
+from llm_autopilot.controller.lora_runtime import LoRAAnswers, ReadyPod, VLLMAdapters, call_pod, read_pods, ready_pods
+from llm_autopilot.desired import lora_calls
 from llm_autopilot.desired.lora_sync import (
     Action,
+    Answer,
     PodView,
     Served,
     Updates,
@@ -142,7 +144,10 @@ def test_the_status_says_where_each_adapter_is_served_and_why_not() -> None:
     runtime = Updates(True, "on")
     status = lora_status(runtime, [SQL, BOT], [
         PodView("p-0", (SQL, BOT)),
-        PodView("p-1", (SQL, OLD), errors={"bot": "/v1/load_lora_adapter: 404: No adapter found for org/bot"}),
+        PodView("p-1", (SQL, OLD), answers=(
+            Answer("load", "bot", "org/bot", ok=False, refused=True,
+                   text="/v1/load_lora_adapter: 404: No adapter found for org/bot"),
+            Answer("load", "bot", "org/older-bot", ok=False, text="an older source's answer: not this one's"))),
         PodView("p-2", None, unreadable="/v1/models: timed out"),
     ])
     sql, bot = status.adapters
@@ -242,12 +247,34 @@ def clients(servers: dict[str, FakeVLLM]) -> Any:
 
 
 RUNTIME = Updates(True, "on")
-PODS = [ReadyPod("p-0", "10.0.0.1"), ReadyPod("p-1", "10.0.0.2")]
+PODS = [ReadyPod("p-0", "10.0.0.1", "u-0"), ReadyPod("p-1", "10.0.0.2", "u-1")]
+
+
+def sync(updates: Updates, want: list[Served], pods: list[ReadyPod], client: Any,
+         store: LoRAAnswers | None = None) -> tuple[list[PodView], list[tuple[str, str, str]], LoRAStatus]:
+    """Two passes as the operator makes them: the pods read, the status decided and the calls made (their
+    answers kept), then the pods read again by the next pass, with the status and the Events it decides (the
+    first pass's status as the one read)."""
+    store = store if store is not None else LoRAAnswers()
+    sources = {w.name: w.path for w in want}
+
+    def read() -> list[PodView]:
+        return read_pods(pods, {p.uid: store.of("o", p.uid) for p in pods}, client=client)
+
+    before = read()
+    for calls in lora_calls.pod_calls(updates, want, sources, before):
+        for answer in call_pod(calls, client=client):
+            store.record("o", calls.uid, answer)
+    views = read()
+    previous = lora_status(updates, want, before, sources=sources)
+    return views, lora_calls.events(want, sources, views, previous), lora_status(updates, want, views,
+                                                                                 sources=sources)
 
 
 def test_the_shell_loads_onto_each_pod_then_does_nothing_until_something_changes() -> None:
     servers = {"10.0.0.1": FakeVLLM(), "10.0.0.2": FakeVLLM(served={"sql": "org/sql"})}
-    views, events = sync_pods(RUNTIME, [SQL, BOT], PODS, client=clients(servers))
+    store = LoRAAnswers()
+    views, events, _ = sync(RUNTIME, [SQL, BOT], PODS, clients(servers), store)
     assert [v.served for v in views] == [(BOT, SQL), (BOT, SQL)]
     assert [c[1]["lora_name"] for c in servers["10.0.0.1"].calls] == ["sql", "bot"]
     assert [c[1]["lora_name"] for c in servers["10.0.0.2"].calls] == ["bot"]
@@ -255,21 +282,20 @@ def test_the_shell_loads_onto_each_pod_then_does_nothing_until_something_changes
     assert "loaded bot on p-1 at runtime (no restart)" in [m for _, _, m in events]
     for server in servers.values():
         server.calls.clear()
-    views, events = sync_pods(RUNTIME, [SQL, BOT], PODS, client=clients(servers))
+    views, events, _ = sync(RUNTIME, [SQL, BOT], PODS, clients(servers), store)
     assert not events and not any(s.calls for s in servers.values())  # idempotent
     servers["10.0.0.1"].served.clear()  # the container restarted: it serves no adapter
-    sync_pods(RUNTIME, [SQL, BOT], PODS, client=clients(servers))
+    sync(RUNTIME, [SQL, BOT], PODS, clients(servers), store)
     assert servers["10.0.0.1"].served == {"sql": "org/sql", "bot": "org/bot"}
-    views, events = sync_pods(RUNTIME, [BOT], PODS, client=clients(servers))
+    views, events, _ = sync(RUNTIME, [BOT], PODS, clients(servers), store)
     assert [v.served for v in views] == [(BOT,), (BOT,)] and [r for _, r, _ in events] == ["LoRAAdapterUnloaded"] * 2
 
 
 def test_the_status_is_what_the_pods_answered_not_what_was_asked() -> None:
     servers = {"10.0.0.1": FakeVLLM(), "10.0.0.2": FakeVLLM(runtime_api=False), "10.0.0.3": FakeVLLM(down=True)}
     missing = Served("gone", "org/gone")
-    pods = [*PODS, ReadyPod("p-2", "10.0.0.3")]
-    views, events = sync_pods(RUNTIME, [SQL, missing], pods, client=clients(servers))
-    status = lora_status(RUNTIME, [SQL, missing], views)
+    pods = [*PODS, ReadyPod("p-2", "10.0.0.3", "u-2")]
+    _, events, status = sync(RUNTIME, [SQL, missing], pods, clients(servers))
     sql, gone = status.adapters
     assert (sql.pods, sql.pending) == (("p-0",), ("p-1", "p-2"))
     assert "p-1: /v1/load_lora_adapter: 404: the server has no runtime LoRA API" in sql.message
@@ -279,39 +305,41 @@ def test_the_status_is_what_the_pods_answered_not_what_was_asked() -> None:
     assert ("Warning", "LoRAAdapterFailed") in [(t, r) for t, r, _ in events] and not settled(status)
 
 
-def test_a_failure_already_in_the_status_is_not_a_second_warning() -> None:
-    """The live path: the shell's sync_pods (reconcile.sync_lora), then the LoRA section's filter and status
-    (desired/sections/lora.report_lora)."""
+def test_a_refusal_kept_is_not_called_again_nor_said_again_and_a_restart_calls_once_more() -> None:
+    """The answer is kept in the operator's memory: the next pass shows vLLM's text and makes no new call; an
+    operator restarted (its memory empty) calls once more and hears the same refusal."""
     server = FakeVLLM()
-    pods = [ReadyPod("p-0", "10.0.0.1")]
-    s = spec({"adapters": [{"name": "gone", "source": "org/gone"}], "maxLoras": 1, "maxLoraRank": 16,
-              "runtimeUpdates": True}, vllm={"version": "0.32.0"})
-    result = plan(PlanRequest(model("Qwen/Qwen3-8B"), gpu("nvidia-l4"), behaviour_of(V032), convert.targets(s)))
-    assert isinstance(result, Plan)
-    updates = lora_sync.updates_for(s, result.config.vllm.version, nodes=result.config.nodes)
-    assert updates is not None
-    factory = clients({"10.0.0.1": server})
-
-    def sync(previous: dict[str, Any] | None) -> tuple[list[tuple[str, str, str]], dict[str, Any], bool]:
-        want = lora_sync.wanted(s, ())
-        views, events = sync_pods(updates, want, pods, client=factory)
-        status = lora_sync.lora_status(updates, want, views, sources=lora_sync.sources(s))
-        return ([e for e in events if not lora_sync.repeated(e, previous)],
-                status.model_dump(by_alias=True, exclude_none=True, mode="json"), lora_sync.settled(status))
-
-    first_events, first_status, settled = sync(None)
-    assert [r for _, r, _ in first_events] == ["LoRAAdapterFailed"] and not settled
-    again_events, again_status, _ = sync(first_status)
-    assert again_events == [] and again_status == first_status and len(server.calls) == 2  # tried, not reported
+    pods = [ReadyPod("p-0", "10.0.0.1", "u-0")]
+    missing = Served("gone", "org/gone")
+    store = LoRAAnswers()
+    _, events, first = sync(RUNTIME, [missing], pods, clients({"10.0.0.1": server}), store)
+    assert [r for _, r, _ in events] == ["LoRAAdapterFailed"] and len(server.calls) == 1
+    assert "p-0: /v1/load_lora_adapter: 404: Loading lora gone failed" in first.adapters[0].message
+    _, events, again = sync(RUNTIME, [missing], pods, clients({"10.0.0.1": server}), store)
+    assert events == [] and again == first and len(server.calls) == 1  # kept: not called, not said again
+    _, _, restarted = sync(RUNTIME, [missing], pods, clients({"10.0.0.1": server}), LoRAAnswers())
+    assert restarted == first and len(server.calls) == 2  # called once more: the same refusal
 
 
 def test_rollout_updates_only_read() -> None:
     servers = {"10.0.0.1": FakeVLLM(served={"old": "org/old"})}
-    views, events = sync_pods(Updates(False, "off"), [SQL], PODS[:1], client=clients(servers))
-    status = lora_status(Updates(False, "off"), [SQL], views)
+    _, events, status = sync(Updates(False, "off"), [SQL], PODS[:1], clients(servers))
     assert not servers["10.0.0.1"].calls and not events
     assert status.adapters[0].pending == ("p-0",) and status.removing[0].pods == ("p-0",)
     assert status.updates == "Rollout"
+
+
+def test_the_answers_are_kept_per_pod_and_dropped_with_it() -> None:
+    store = LoRAAnswers()
+    refused = Answer("load", "sql", "hf://org/sql", ok=False, refused=True, text="400: no")
+    store.record("o", "u-0", refused)
+    store.record("o", "u-1", Answer("load", "sql", "hf://org/sql", ok=True))
+    store.record("other", "u-9", refused)
+    assert store.of("o", "u-0") == (refused,) and len(store) == 3
+    store.keep("o", ["u-1"])
+    assert store.of("o", "u-0") == () and len(store) == 2
+    store.forget_owner("other")
+    assert len(store) == 1
 
 
 def test_ready_pods_from_a_pod_or_the_pod_watch_summary() -> None:
@@ -325,7 +353,8 @@ def test_ready_pods_from_a_pod_or_the_pod_watch_summary() -> None:
                                                                      ReadyPod("b", "10.0.0.2")]
 
 
-def test_the_reconcile_writes_status_lora_from_the_pods(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_reconcile_decides_status_lora_before_its_calls_and_the_next_pass_reads_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # no Hub here: the adapters' configs read as none to check, so they are accepted (without this, read_world
     # asks huggingface.co, which this machine cannot reach: ~24 s of huggingface_hub's retries per adapter)
     monkeypatch.setattr(world_reads, "read_adapter_configs", lambda *a, **k: AdapterReading())
@@ -334,8 +363,16 @@ def test_the_reconcile_writes_status_lora_from_the_pods(monkeypatch: pytest.Monk
                         lambda base: VLLMAdapters(base, transport=httpx.MockTransport(server)))
     run = Run({**BASE, "vllm": {"version": "0.32.0"},
                "lora": {"adapters": TWO, "maxLoras": 2, "maxLoraRank": 16, "runtimeUpdates": True}})
-    run.cluster.pod_list = [{"metadata": {"name": "p-0"}, "status": {
+    run.cluster.pod_list = [{"metadata": {"name": "p-0", "uid": "u-0"}, "status": {
         "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}}]
+    first = run.once()
+    # decided before the calls: pending on p-0, not served; the calls made after the apply, a pass asked for soon
+    lora = run.status["lora"]
+    assert [(a["name"], a.get("pods"), a["pending"]) for a in lora["adapters"]] == [
+        ("sql", [], ["p-0"]), ("bot", [], ["p-0"])], lora
+    assert server.served == {"sql": "org/sql", "bot": "org/bot"}
+    assert first.retry and first.retry_delay == lora_calls.FOLLOW_UP_SECONDS and not first.settled
+    assert "LoRAAdapterLoaded" not in run.reasons()
     out = run.once()
     lora = run.status["lora"]
     assert (lora["updates"], [(a["name"], a["pods"]) for a in lora["adapters"]]) == (

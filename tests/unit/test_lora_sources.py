@@ -24,14 +24,14 @@ from llm_autopilot.controller import adapters as adapter_reads
 from llm_autopilot.controller import cache_step, sources
 from llm_autopilot.controller.access import referenced_secrets
 from llm_autopilot.controller.admission import review
-from llm_autopilot.controller.lora_runtime import ReadyPod, sync_pods
+from llm_autopilot.controller.lora_runtime import ReadyPod
 from llm_autopilot.desired import lora_sync
 from llm_autopilot.render import inspect, lora_volumes
 from llm_autopilot.render.cache import CacheInputs
 from llm_autopilot.storage.s3 import S3Client
 from llm_autopilot.vllm.versions import DEFAULT_VLLM_VERSION
 from tests.unit.fakes import NAMESPACE, FakeCluster, Run
-from tests.unit.test_lora_runtime import FakeVLLM, clients
+from tests.unit.test_lora_runtime import FakeVLLM, clients, sync
 from tests.unit.test_storage import KEY, NOW, Store
 
 V = str(DEFAULT_VLLM_VERSION)
@@ -167,8 +167,8 @@ def test_runtime_loads_give_vllm_the_path_in_the_pod() -> None:
     assert want == (lora_sync.Served("vol", "/lora-adapters/adapters/vol"),
                     lora_sync.Served("bucket", f"/model-cache/{folder}"))
     vllm = FakeVLLM(exists={w.path for w in want})  # vLLM finds the folders at these paths in the pod
-    views, _ = sync_pods(lora_sync.Updates(True, "on"), want, [ReadyPod("p-0", "10.0.0.1")],
-                         client=clients({"10.0.0.1": vllm}))
+    views, _, _ = sync(lora_sync.Updates(True, "on"), list(want), [ReadyPod("p-0", "10.0.0.1", "u-0")],
+                       clients({"10.0.0.1": vllm}))
     assert [(c["lora_name"], c["lora_path"]) for _, c in vllm.calls] == [
         ("vol", "/lora-adapters/adapters/vol"), ("bucket", f"/model-cache/{folder}")]
     status = lora_sync.lora_status(lora_sync.Updates(True, "on"), want, views, sources=lora_sync.sources(s))

@@ -7,6 +7,7 @@ import dataclasses
 
 from llm_autopilot.controller.reconcile import EFFECTS, FEATURE_READERS, READERS, Outcome
 from llm_autopilot.desired.burn_in import BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInStart
+from llm_autopilot.desired.lora_calls import LoRAKeep, LoRAPodCalls, LoRAPodsAsk
 from llm_autopilot.desired.network_policy import DeleteNetworkPolicy
 from llm_autopilot.desired.remediation_adoption import RunningPlanAsk
 from llm_autopilot.desired.startup_probe import RecordStarts
@@ -15,8 +16,9 @@ from llm_autopilot.desired.vocabulary import Asks, Intent, Report
 #: read with the ask they go with (the status recorded so far, the Target the evidence is gathered for)
 COMPANIONS = {"known_cache": "cache", "evidence": "workload"}
 #: the after-plan features' asks and effects, each read or executed by its type
-FEATURE_ASKS = {BurnInAsk, RunningPlanAsk}
-FEATURE_EFFECTS = {BurnInStart, BurnInKeep, BurnInGateWrite, DeleteNetworkPolicy, RecordStarts}
+FEATURE_ASKS = {BurnInAsk, LoRAPodsAsk, RunningPlanAsk}
+FEATURE_EFFECTS = {BurnInStart, BurnInKeep, BurnInGateWrite, DeleteNetworkPolicy, LoRAKeep, LoRAPodCalls,
+                   RecordStarts}
 
 
 def test_every_ask_has_a_reader() -> None:

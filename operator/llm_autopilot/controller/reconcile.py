@@ -5,8 +5,7 @@ conditions); this module only reads and writes: read_world (gather.py) and what 
 model cache's state, the workload, remediation's evidence, the plan's KV figures; FEATURE_READERS: the after-plan
 features' asks, by type, from controller/features/), then the objects, all or none (each write is tried as a
 server-side dry run first), with a remediation step and a new calibration choice recorded in the status before
-the objects that carry them, then the Intent's effects (EFFECTS, by type, from controller/features/, and the LoRA
-sync whose answer desired() turns into status.lora).
+the objects that carry them, then the Intent's effects (EFFECTS, by type, from controller/features/).
 It never writes the spec and writes nothing when nothing changed. A resync enters through ``resync``, which
 first asks whether anything the reconcile reads has changed (quiet.py).
 """
@@ -26,7 +25,7 @@ from pydantic import ValidationError
 
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.catalog.gpus import UnknownGPUError
-from llm_autopilot.controller import cache_step, inspect_step, lora_runtime, telemetry
+from llm_autopilot.controller import cache_step, inspect_step, telemetry
 from llm_autopilot.controller.calibration_store import CalibrationBook
 from llm_autopilot.controller.features import FEATURES
 from llm_autopilot.controller.features.burn_in import BurnInRuns
@@ -40,6 +39,7 @@ from llm_autopilot.controller.gather import (
     read_world,
 )
 from llm_autopilot.controller.kube import ApplyRejected, NodeGPUs, api_message
+from llm_autopilot.controller.lora_runtime import LoRAAnswers
 from llm_autopilot.controller.metrics import PrometheusClient, PrometheusSettings, SaturationRounds
 from llm_autopilot.controller.quiet import OPERATOR_VERSION, QuietMemory, Seen, fingerprint, later, metrics_verdict
 from llm_autopilot.controller.settings import OperatorSettings
@@ -50,15 +50,13 @@ from llm_autopilot.controller.status_attestation import (
     verified_sections,
 )
 from llm_autopilot.controller.world_reads import workload_view
-from llm_autopilot.desired import lora_sync, planning
-from llm_autopilot.desired.lora_sync import LoRAReading
+from llm_autopilot.desired import planning
 from llm_autopilot.desired.pipeline import desired
 from llm_autopilot.desired.planning import Context, Rendered, context_of, limits, render
 from llm_autopilot.desired.vocabulary import (
     MODEL_CACHED,
     Asks,
     Intent,
-    LoRAAsk,
     Report,
 )
 from llm_autopilot.desired.world import (
@@ -76,7 +74,7 @@ from llm_autopilot.planner.plan import Plan
 from llm_autopilot.planner.pools import PoolChoice
 from llm_autopilot.remediation.decide import METRICS_AVAILABLE
 from llm_autopilot.remediation.ladder import Overrides
-from llm_autopilot.render.kubernetes import Owner, instance_selector
+from llm_autopilot.render.kubernetes import Owner
 from llm_autopilot.vllm.versions import VersionError
 
 #: desired/'s names that callers import from here
@@ -199,7 +197,7 @@ class Reconciler:
                  kube: Cluster, settings: OperatorSettings, gatherer: Gatherer,
                  resource_version: str | None = None, now: datetime | None = None,
                  calibration: CalibrationBook | None = None, burn_ins: BurnInRuns | None = None,
-                 key: bytes | None = None) -> None:
+                 key: bytes | None = None, lora_answers: LoRAAnswers | None = None) -> None:
         self.owner = Owner(name, namespace, uid)
         self.generation = generation
         self.resource_version = resource_version
@@ -220,6 +218,9 @@ class Reconciler:
         self.calibration = calibration
         #: the burn-in runs the operator keeps (None: none are run; a spec asking for one waits)
         self.burn_ins = burn_ins
+        #: vLLM's answers to the LoRA calls, kept by the operator between passes (without one: this pass's only,
+        #: so every pass calls again)
+        self.lora_answers = lora_answers if lora_answers is not None else LoRAAnswers()
 
     def run(self, spec_body: dict[str, Any]) -> Outcome:
         world = dataclasses.replace(self.read(spec_body), attested=self.attested)
@@ -253,21 +254,7 @@ class Reconciler:
         if written and decided.after is not None:  # Ready from the workload as the write left it
             world = dataclasses.replace(world, applied=Applied(view=workload_view(self.kube, decided.after)))
             decided, _ = self.settle(spec_body, world)
-        if decided.lora is not None:  # status.lora from what the pods answer once brought to the spec
-            decided, _ = self.settle(spec_body, dataclasses.replace(world, lora=self.sync_lora(decided.lora)))
         return self.outcome(decided, recorded=tuple(recorded))
-
-    def sync_lora(self, asked: LoRAAsk) -> LoRAReading:
-        """After the children are written: the Ready pods' LoRA adapters brought to the spec (runtime updates;
-        with rollout updates only read), and what each pod serves then."""
-        updates = lora_sync.updates_for(asked.spec, asked.config.vllm.version, nodes=asked.config.nodes)
-        if updates is None:
-            return LoRAReading()
-        pods = lora_runtime.ready_pods(self.kube.pods(self.owner.namespace, instance_selector(self.owner.name)))
-        views, events = lora_runtime.sync_pods(updates, lora_sync.wanted(asked.spec, tuple(asked.waiting)), pods)
-        for _, reason, message in events:
-            logger.info("%s/%s: %s: %s", self.owner.namespace, self.owner.name, reason, message)
-        return LoRAReading(tuple(views), tuple(events))
 
     def read(self, spec_body: dict[str, Any]) -> World:
         """The World desired() starts from: the object, the pvc:// source's inspection, then read_world's
@@ -418,7 +405,7 @@ def _record_calibration(r: Reconciler, decided: Intent) -> None:
 
 #: each effect type an Intent may carry (Intent.effects) and its executor, run in the Intent's order once the
 #: objects are written (the objects themselves -- the cache's and the inspect Jobs among them -- are applied
-#: before, all or none; the calibration sample is recorded first; the LoRA sync is read back: Reconciler.run)
+#: before, all or none; the calibration sample is recorded first)
 EFFECTS: dict[type, Callable[[Reconciler, Any], None]] = {
     kind: execute for feature in FEATURES for kind, execute in feature.EXECUTORS.items()}
 
@@ -427,14 +414,14 @@ def reconcile(
     *, name: str, namespace: str, uid: str, generation: int | None, spec_body: dict[str, Any],
     status: dict[str, Any], kube: Cluster, settings: OperatorSettings, gatherer: Gatherer | None = None,
     resource_version: str | None = None, now: datetime | None = None, calibration: CalibrationBook | None = None,
-    burn_ins: BurnInRuns | None = None, key: bytes | None = None,
+    burn_ins: BurnInRuns | None = None, key: bytes | None = None, lora_answers: LoRAAnswers | None = None,
 ) -> Outcome:
     """One full reconcile at ``now`` (the clock is the caller's; default: the current second, UTC); ``key``
     attests the status (default: status_attestation.status_key())."""
     return Reconciler(name=name, namespace=namespace, uid=uid, generation=generation, status=status, kube=kube,
                       settings=settings, gatherer=gatherer or gatherer_for(kube, settings),
                       resource_version=resource_version, now=now, calibration=calibration,
-                      burn_ins=burn_ins, key=key).run(spec_body)
+                      burn_ins=burn_ins, key=key, lora_answers=lora_answers).run(spec_body)
 
 
 def _settings_digest(settings: OperatorSettings) -> str:
@@ -446,6 +433,7 @@ def resync(
     spec_body: dict[str, Any], status: dict[str, Any], observed: str, current_pods: Callable[[str], list[str]],
     kube: Cluster, settings: OperatorSettings, gatherer: Gatherer, memory: QuietMemory, now: datetime | None = None,
     calibration: CalibrationBook | None = None, burn_ins: BurnInRuns | None = None,
+    lora_answers: LoRAAnswers | None = None,
 ) -> Outcome:
     """The resync's front gate: quiet when nothing the last full reconcile read has changed (quiet.py), else a
     full reconcile, whose inputs are remembered.
@@ -463,7 +451,7 @@ def resync(
         return Outcome(full=False, settled=True, due=seen.due, plan_hash=seen.plan_hash, metrics=seen.metrics)
     out = reconcile(name=name, namespace=namespace, uid=uid, generation=generation, spec_body=spec_body,
                     status=status, kube=kube, settings=settings, gatherer=gatherer, resource_version=resource_version,
-                    now=at, calibration=calibration, burn_ins=burn_ins)
+                    now=at, calibration=calibration, burn_ins=burn_ins, lora_answers=lora_answers)
     due = out.due or later(at, settings.full_check_seconds)
     memory.remember(uid, Seen(fingerprint=key, metrics=out.metrics, due=due, settled=out.settled and not out.retry,
                               plan_hash=out.plan_hash, namespace=namespace, kv_question=out.kv_question))

@@ -38,6 +38,7 @@ from llm_autopilot.controller.calibration_store import CalibrationBook
 from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.informers import NotSynced, Watches
 from llm_autopilot.controller.kube import Kube, load_config
+from llm_autopilot.controller.lora_runtime import LoRAAnswers
 from llm_autopilot.controller.observed import (
     Summary,
     Watched,
@@ -219,6 +220,8 @@ class Operator:
         self.gatherer: Gatherer = gatherer_for(kube, settings)
         #: the burn-in runs on new pods (spec.verification.burnIn), in background threads
         self.burn_ins = BurnInRunner()
+        #: vLLM's answers to the LoRA load and unload calls, for the next pass (in memory: empty after a restart)
+        self.lora_answers = LoRAAnswers()
         #: the KV calibration store as last read (None: LLM_AUTOPILOT_CALIBRATION_NAMESPACE off, or outside a
         #: cluster without it)
         self.calibration: CalibrationBook | None = None if settings.calibration_namespace is None else (
@@ -286,7 +289,7 @@ class Operator:
 
     def seen(self, event_type: str | None, body: Mapping[str, Any], uid: str | None) -> None:
         """Every event of an LLMDeployment: what the Deployment watch's trigger reads of it; a deletion forgets it
-        (its quiet memory, its lock, its pods' burn-in results: no reconcile asks for them again)."""
+        (its quiet memory, its lock, its pods' burn-in results and LoRA answers: no reconcile asks for them again)."""
         if self.kopf_context is None:
             self.kopf_context = contextvars.copy_context()
         meta = body.get("metadata") or {}
@@ -299,6 +302,7 @@ class Operator:
             self.quiet.forget(uid)
             self.locks.forget(uid)
             self.burn_ins.forget_owner(uid)
+            self.lora_answers.forget_owner(uid)
 
     def resync_ran(self, stopped: kopf.DaemonStopped | None) -> None:
         self.last_resync = time.monotonic()
@@ -350,14 +354,15 @@ class Operator:
                     name=name, namespace=namespace, uid=uid, generation=meta.get("generation"), spec_body=spec_body,
                     status=status, kube=self.kube if watched is None else WatchedCluster(self.kube, watched),
                     settings=self.settings, gatherer=self.gatherer, resource_version=meta.get("resourceVersion"),
-                    calibration=self.calibration, burn_ins=self.burn_ins)
+                    calibration=self.calibration, burn_ins=self.burn_ins, lora_answers=self.lora_answers)
             return reconciling.resync(
                 name=name, namespace=namespace, uid=uid, generation=meta.get("generation"),
                 resource_version=meta.get("resourceVersion"), spec_body=spec_body, status=status,
                 observed=watched.digest_of(namespace, name),
                 current_pods=functools.partial(current_pods, watched.pods_of(namespace, name)),
                 kube=WatchedCluster(self.kube, watched), settings=self.settings, gatherer=self.gatherer,
-                memory=self.quiet, calibration=self.calibration, burn_ins=self.burn_ins)
+                memory=self.quiet, calibration=self.calibration, burn_ins=self.burn_ins,
+                lora_answers=self.lora_answers)
 
     def owner_changed(self, namespace: str, owner: str, watched: Watched | None = None) -> None:
         """A change of the vLLM Deployment triggers its LLMDeployment's reconcile, which alone writes Ready (and the

@@ -1,6 +1,6 @@
 """LoRA adapters on running pods: how a change of ``spec.lora.adapters`` reaches them, what to load and unload
 on one pod, and the status that says where each adapter is served. Pure: ``controller/lora_runtime.py`` reads
-each Ready pod's ``/v1/models`` and makes vLLM's load and unload calls.
+each Ready pod's ``/v1/models`` and makes vLLM's load and unload calls (desired/lora_calls.py decides them).
 
 Runtime: the pods start with ``VLLM_ALLOW_RUNTIME_LORA_UPDATING`` and no ``--lora-modules``, so the pod
 template (and its plan hash) does not change when adapters are added or removed; the operator loads the spec's
@@ -11,7 +11,7 @@ unloads the ones the spec dropped. Rollout: the adapters are in ``--lora-modules
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec, LoRAAdapterStatus, LoRASpec, LoRAStatus
@@ -20,7 +20,7 @@ from llm_autopilot.render import lora_volumes
 from llm_autopilot.vllm.flags import named_options
 from llm_autopilot.vllm.versions import RUNTIME_LORA_UPDATING_READ, VLLMVersion, behaviour_of
 
-__all__ = ["Action", "LoRAReading", "PodView", "Served", "Updates", "actions", "lora_status", "repeated", "runtime",
+__all__ = ["Action", "Answer", "PodView", "Served", "Updates", "actions", "lora_status", "repeated", "runtime",
            "served_adapters", "settled", "sources", "updates_for", "wanted"]
 
 #: ``--api-server-count`` and its short alias (vllm/data/flags.json)
@@ -136,47 +136,62 @@ def actions(want: Sequence[Served], served: Sequence[Served]) -> tuple[Action, .
 
 
 @dataclass(frozen=True)
-class PodView:
-    """One Ready pod after the sync: what its /v1/models says it serves (None: unreadable), and vLLM's answers
-    to the calls that failed, by adapter name."""
+class Answer:
+    """What vLLM answered to one load or unload call on one pod, as the operator keeps it (controller/lora_runtime.py):
+    ``source`` is the adapter's source as the spec wrote it for a load, the path it was served from for an unload;
+    ``refused``: vLLM answered and said no (not called again for the same pod, adapter and source), else the call
+    got no answer (called again next pass)."""
 
+    kind: Literal["load", "unload"]
     name: str
-    served: tuple[Served, ...] | None
-    errors: Mapping[str, str] = field(default_factory=dict)
-    unreadable: str = ""
+    source: str
+    ok: bool
+    refused: bool = False
+    text: str = ""
 
 
 @dataclass(frozen=True)
-class LoRAReading:
-    """What the Ready pods answered once the shell brought them to the spec's adapters (controller/lora_runtime.py):
-    each pod's view, and the events (type, reason, message) of the calls it made."""
+class PodView:
+    """One Ready pod before this pass's calls: what its /v1/models says it serves (None: unreadable, and why), and
+    vLLM's answers to the operator's earlier calls on it (kept in the operator's memory, by pod uid)."""
 
-    views: tuple[PodView, ...] = ()
-    events: tuple[tuple[str, str, str], ...] = ()
+    name: str
+    served: tuple[Served, ...] | None
+    uid: str = ""
+    address: str = ""
+    unreadable: str = ""
+    answers: tuple[Answer, ...] = ()
+
+    def failure(self, kind: str, name: str, source: str) -> str:
+        """vLLM's answer to the last failed ``kind`` call of adapter ``name`` from ``source`` ("": none)."""
+        return next((a.text for a in self.answers if (a.kind, a.name, a.source) == (kind, name, source) and not a.ok),
+                    "")
 
 
-def repeated(event: tuple[str, str, str], previous: Mapping[str, Any] | None) -> bool:
+def repeated(event: tuple[str, str, str], previous: LoRAStatus | None) -> bool:
     """A failure the last status already reported (the same pod, the same answer): no second Warning per resync."""
     type_, _, message = event
-    said = [str(a.get("message", "")) for key in ("adapters", "removing") for a in (previous or {}).get(key) or []
-            if isinstance(a, Mapping)]
+    said = [a.message for a in (*previous.adapters, *previous.removing)] if previous is not None else []
     _, _, where_and_why = message.partition(" on ")  # "load NAME on POD: ANSWER" -> "POD: ANSWER"
     return type_ == "Warning" and any(where_and_why and where_and_why in m for m in said)
 
 
 def lora_status(updates: Updates, want: Sequence[Served], pods: Sequence[PodView], *,
                 sources: Mapping[str, str] | None = None, waiting: Mapping[str, str] | None = None) -> LoRAStatus:
-    """Per adapter of the spec, the Ready pods that serve it and those that do not yet (with why); per adapter
-    the spec dropped that a pod still serves, where (``pods``: still serving it). ``sources``: each adapter's
-    source by name (else its path); ``waiting``: adapters no pod is asked to load yet (their download), with why."""
+    """Per adapter of the spec, the Ready pods that serve it and those that do not yet (with why: vLLM's answer
+    to the last load, or why the pod could not be read; an adapter loaded this pass is not served yet); per
+    adapter the spec dropped that a pod still serves, where (``pods``: still serving it). ``sources``: each
+    adapter's source by name (else its path); ``waiting``: adapters no pod is asked to load yet (their download),
+    with why."""
     sources, waiting = sources or {}, waiting or {}
 
     def entry(adapter: Served, applied: Literal["Runtime", "Rollout"]) -> LoRAAdapterStatus:
+        source = sources.get(adapter.name, adapter.path)
         serving = tuple(p.name for p in pods if p.served is not None and adapter in p.served)
         pending = tuple(p.name for p in pods if p.name not in serving)
-        why = [f"{p.name}: {p.errors.get(adapter.name) or p.unreadable}" for p in pods
-               if p.name in pending and (p.errors.get(adapter.name) or p.unreadable)]
-        return LoRAAdapterStatus(name=adapter.name, source=sources.get(adapter.name, adapter.path), path=adapter.path,
+        why = [f"{p.name}: {text}" for p in pods
+               if p.name in pending and (text := p.failure("load", adapter.name, source) or p.unreadable)]
+        return LoRAAdapterStatus(name=adapter.name, source=source, path=adapter.path,
                                  applied=applied, pods=serving, pending=pending, message="; ".join(why)[:500])
 
     def held(name: str) -> LoRAAdapterStatus:
@@ -189,11 +204,12 @@ def lora_status(updates: Updates, want: Sequence[Served], pods: Sequence[PodView
                       adapters=(*(entry(w, updates.mode) for w in want), *(held(n) for n in waiting)),
                       removing=tuple(LoRAAdapterStatus(name=s.name, source=s.path, path=s.path, applied=updates.mode,
                                                        pods=tuple(p.name for p in pods if s in (p.served or ())),
-                                                       message=_why(s.name, pods)) for s in extra))
+                                                       message=_why(s, pods)) for s in extra))
 
 
-def _why(name: str, pods: Sequence[PodView]) -> str:
-    return "; ".join(f"{p.name}: {p.errors[name]}" for p in pods if name in p.errors)[:500]
+def _why(adapter: Served, pods: Sequence[PodView]) -> str:
+    return "; ".join(f"{p.name}: {text}" for p in pods
+                     if (text := p.failure("unload", adapter.name, adapter.path)))[:500]
 
 
 def settled(status: LoRAStatus) -> bool:

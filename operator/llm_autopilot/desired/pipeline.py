@@ -119,7 +119,7 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
     live = world.live_for(choice.result.config.nodes > 1)
     current = render(ctx, choice, state.overrides, d.owner, d.settings, live)
     # the after-plan features' asks still open, asked with the workload
-    features = tuple(ask for ask in (burn_in.ask(d, spec, current),) if ask is not None)
+    features = tuple(ask for ask in (burn_in.ask(d, spec, current), lora.ask(d, spec)) if ask is not None)
     view = remediation.workload_of(d, spec, current, state, features)
     if isinstance(view, Asks):
         return d.asking(view)

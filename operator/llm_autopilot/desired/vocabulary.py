@@ -6,14 +6,13 @@ Lowest module of desired/'s decision: it imports no section and not the pipeline
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, TypeVar
 
 from llm_autopilot.api.conditions import PLANNED, set_condition
 from llm_autopilot.api.status import Condition, LLMDeploymentStatus
-from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
+from llm_autopilot.api.v1alpha1 import CacheStatus
 from llm_autopilot.desired.calibration import SampleToRecord
 from llm_autopilot.desired.patch import merge_patch
 from llm_autopilot.desired.status_fields import CONDITIONS, OBSERVED_GENERATION, REMEDIATION, StatusField
@@ -27,7 +26,6 @@ from llm_autopilot.desired.status_read import (
 )
 from llm_autopilot.desired.world import OperatorDefaults, Target, World
 from llm_autopilot.planner import verify
-from llm_autopilot.planner.config import ServingConfig
 from llm_autopilot.planner.plan import Plan
 from llm_autopilot.remediation.recovery import Recovery
 from llm_autopilot.remediation.state import Author, RemediationState
@@ -92,16 +90,6 @@ class Asks:
 
 # ---- the effects: what the shell does once the objects are written -----------------------------------------
 
-@dataclass(frozen=True)
-class LoRAAsk:
-    """The spec's adapters and the plan in force, for the shell that loads and unloads them on the pods;
-    ``waiting``: the s3:// adapters not downloaded yet (by name: why), which no pod is asked to load."""
-
-    spec: LLMDeploymentSpec
-    config: ServingConfig
-    waiting: Mapping[str, str] = field(default_factory=dict)
-
-
 class Event(NamedTuple):
     """A Kubernetes Event to post on the object."""
 
@@ -153,9 +141,6 @@ class Intent(Report):
     asks: Asks | None = None
     #: the workload to read again once the objects are written (the plan they carry)
     after: WorkloadAsk | None = None
-    #: the LoRA adapters to bring the Ready pods to once the objects are written (controller/lora_runtime.py);
-    #: what they answer is given back (World.lora) and status.lora decided from it
-    lora: LoRAAsk | None = None
     #: the plans made ("feasible"/"infeasible") and remediation's steps taken ((signal, kind)), for the counters
     plans: list[str] = field(default_factory=list)
     counts: list[tuple[str, str]] = field(default_factory=list)

@@ -10,7 +10,6 @@ from typing import Any, Protocol, TypeVar
 
 from llm_autopilot.api.lora import AdapterConfig
 from llm_autopilot.api.v1alpha1 import CacheStatus, LoRASourceStatus, SourceStatus
-from llm_autopilot.desired.lora_sync import LoRAReading
 from llm_autopilot.domain.architecture import ModelArchitecture
 from llm_autopilot.planner.calibration import CalibrationStore
 from llm_autopilot.planner.verify import PodReading
@@ -182,8 +181,6 @@ class World:
     #: what the after-plan features' asks read (Asks.features), one per reading type
     readings: tuple[object, ...] = ()
     applied: Applied | None = None
-    #: the LoRA adapters the Ready pods serve once the shell brought them to the spec (after the objects)
-    lora: LoRAReading | None = None
     #: the KV calibration store as the operator last read it (None: it keeps none, or could not read it yet:
     #: then ``calibration_unreadable`` says why)
     calibration: CalibrationStore | None = None

@@ -1,6 +1,6 @@
 """Section: LoRA adapters: whether the spec's adapters may be deployed, status.loraSources (what the pvc://
-adapters' inspect Jobs read), and status.lora from what the Ready pods answer once the shell brought them to the
-spec's adapters."""
+adapters' inspect Jobs read), and, in one pass, the load and unload calls each Ready pod needs and status.lora
+from what the pods serve before them (desired/lora_calls.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from llm_autopilot.api.lora import lora_refusal
 from llm_autopilot.api.v1alpha1 import CacheStatus, LLMDeploymentSpec
-from llm_autopilot.desired import lora_sync
+from llm_autopilot.desired import lora_calls, lora_sync
+from llm_autopilot.desired.lora_calls import LoRAKeep, LoRAPodsAsk, LoRAReading
 from llm_autopilot.desired.status_fields import LORA, LORA_SOURCES
-from llm_autopilot.desired.vocabulary import Draft, LoRAAsk
+from llm_autopilot.desired.vocabulary import Draft
 from llm_autopilot.desired.world import AdapterReading
 from llm_autopilot.planner.config import ServingConfig
 
@@ -53,24 +54,34 @@ def downloads_waiting(status: CacheStatus | None) -> dict[str, str]:
     return waiting
 
 
+def ask(d: Draft, spec: LLMDeploymentSpec) -> LoRAPodsAsk | None:
+    """The Ready pods to read (asked with the workload), unless read or the spec has no LoRA."""
+    if spec.lora is None or d.world.reading(LoRAReading) is not None:
+        return None
+    return LoRAPodsAsk(d.owner.namespace, d.owner.name)
+
+
 def report_lora(d: Draft, spec: LLMDeploymentSpec, config: ServingConfig) -> None:
-    """status.lora: where each adapter is served, from what the Ready pods answered once brought to the spec
-    (asked of the shell first, the s3:// adapters still downloading left out); unsettled until every pod serves
-    exactly the spec's adapters. Without LoRA status.lora goes and no pod is called."""
+    """status.lora: where each adapter is served, from what the Ready pods serve now and what vLLM answered the
+    earlier calls (an adapter loaded this pass is pending until a later pass reads it served; the s3:// adapters
+    still downloading left out), and the calls each pod needs, with a pass soon after them; unsettled until
+    every pod serves exactly the spec's adapters. Without LoRA status.lora goes and no pod is called."""
     updates = lora_sync.updates_for(spec, config.vllm.version, nodes=config.nodes)
     if updates is None:
         d.put(LORA, None)
+        d.out.effects.append(LoRAKeep(()))
         return
     waiting = downloads_waiting(d.cache_status)
-    reading = d.world.lora
-    if reading is None:
-        d.out.lora = LoRAAsk(spec, config, waiting)
-        return
-    status = lora_sync.lora_status(updates, lora_sync.wanted(spec, tuple(waiting)), reading.views,
-                                   sources=lora_sync.sources(spec), waiting=waiting)
-    previous = d.status.get("lora")
-    for event in reading.events:
-        if not lora_sync.repeated(event, previous):
-            d.event(*event)
+    reading = d.world.reading(LoRAReading)
+    assert reading is not None  # asked with the workload
+    want, sources = lora_sync.wanted(spec, tuple(waiting)), lora_sync.sources(spec)
+    status = lora_sync.lora_status(updates, want, reading.views, sources=sources, waiting=waiting)
+    for event in lora_calls.events(want, sources, reading.views, d.read.lora):
+        d.event(*event)
+    calls = lora_calls.pod_calls(updates, want, sources, reading.views)
+    d.out.effects += [LoRAKeep(tuple(v.uid for v in reading.views if v.uid)), *calls]
     d.put(LORA, status)
     d.out.settled = d.out.settled and lora_sync.settled(status)
+    if calls and not d.out.retry:  # the next pass reads what the pods serve after the calls
+        d.out.retry, d.out.retry_delay = True, lora_calls.FOLLOW_UP_SECONDS
+        d.out.retry_reason = "LoRA adapters loaded or unloaded on the pods; reading them again"
