@@ -51,7 +51,7 @@ SESSION_LABEL_VALUE = f"session{lanes.WORKER}"
 SESSION_WEBHOOK = f"e2e-session{lanes.WORKER}.llm-autopilot.io"
 RUN_ID = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
 #: how long a deleted namespace may keep pods (so GPUs) before the next test starts
-NAMESPACE_DRAIN_SECONDS = 90.0
+NAMESPACE_DRAIN_SECONDS = 180.0  # a pod's grace period is 10 + drainSeconds + 15 (145 s by default)
 #: how long the session end waits for every namespace it deleted to be gone
 SESSION_CLEANUP_SECONDS = 180.0
 

@@ -120,7 +120,10 @@ def tiny(name: str, **spec: Any) -> dict[str, Any]:
         "model": {"name": MODEL},
         "gpu": {"maxGPUs": 1, "nodeSelector": {kubelet.POOL_LABEL: kubelet.POOL},
                 "tolerations": [{"key": kubelet.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}]},
-        "vllm": {"image": "vllm/vllm-openai:v0.32.0", "version": vllm_cpu.VLLM_CPU_VERSION},
+        # drainSeconds 0: a replaced pod stops at once, as before the drain (#29 item 2); with the default 120 a pod
+        # under a test's load waits out its requests at every step and at teardown (in CI the overload test's
+        # teardown outlasted its 90 s). The drain itself is proven in test_real_vllm_drain.py, which sets its own.
+        "vllm": {"image": "vllm/vllm-openai:v0.32.0", "version": vllm_cpu.VLLM_CPU_VERSION, "drainSeconds": 0},
         # a quarter of a node's core (a node has its share of this machine's CPUs, one core on 2): the cache's
         # download Job (500m) and an inspect Job (100m) still fit beside the vLLM pod, as they did
         "resources": {"requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "6Gi"}},
