@@ -207,7 +207,9 @@ class Kubelet:
         if "hub" not in self.cluster.disabled:  # the network's stand-in: the Hub's "DNS name" leads to the local one
             base["HF_ENDPOINT"] = f"http://{self.bridge.gateway}:{self.cluster.ports['hub']}"
         # a node-wide torch.compile cache (compiled kernels, keyed by model and settings; no weights, nothing a
-        # pod reads as its model): compiling anew costs every start a minute on these machines
+        # pod reads as its model): compiling anew costs every start a minute on these machines. A test-speed aid
+        # only, which a real kubelet does not give: a pod that sets VLLM_CACHE_ROOT itself (the operator's
+        # spec.vllm.compileCache) overrides it, as every container env var overrides base_env (podworker._env)
         base["VLLM_CACHE_ROOT"] = str(vllm_cpu.compile_cache())
         return Environment(images={"": vllm_image, OPERATOR_COMMAND: operator_image,
                                    STANDIN_IMAGE: standin_image}, base_env=base,

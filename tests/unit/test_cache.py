@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from llm_autopilot.api.kubernetes_rules import subdomain_problem
 from llm_autopilot.api.v1alpha1 import LLMDeploymentSpec
 from llm_autopilot.cli.main import fetch_command
-from llm_autopilot.render import cache
+from llm_autopilot.render import cache, compile_cache
 from llm_autopilot.render.rollout import startup_seconds
 from llm_autopilot.storage import fetch
 from tests.unit.fakes import FakeCluster, Run
@@ -229,7 +229,9 @@ def cached_run() -> tuple[Run, str, str]:
 
 def test_no_pod_starts_before_the_download_completes() -> None:
     run, claim, job = cached_run()
-    assert [p["metadata"]["name"] for p in kinds(run.cluster, "PersistentVolumeClaim")] == [claim]
+    # the model cache's PVC, and the compile cache's (on by default with the model cache: test_compile_cache.py)
+    assert [p["metadata"]["name"] for p in kinds(run.cluster, "PersistentVolumeClaim")] == [
+        claim, compile_cache.claim_name(spec(CACHED_QWEN["model"]), "ns")]  # type: ignore[arg-type]
     assert [j["metadata"]["name"] for j in kinds(run.cluster, "Job")] == [job]
     deployment = run.cluster.deployment()
     assert deployment["spec"]["replicas"] == 0  # held

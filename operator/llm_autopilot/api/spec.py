@@ -174,6 +174,42 @@ class ModelCache(APIModel):
         return claim
 
 
+#: the compile cache's PVC: large enough for a few entries of vLLM's torch.compile, Triton and FlashInfer caches
+#: (a model's entry is tens to hundreds of MiB), bounded so that no entry outgrows a typical volume
+COMPILE_CACHE_SIZE_DEFAULT = "10Gi"
+COMPILE_CACHE_SIZE_MIN_BYTES = 2**30
+COMPILE_CACHE_SIZE_MAX_BYTES = 2**40
+
+
+class CompileCache(APIModel):
+    """A PersistentVolumeClaim that keeps vLLM's compile caches (torch.compile, Triton, FlashInfer JIT) across pods:
+    a pod that starts after another with the same image, model, revision and GPU product loads the compiled
+    graphs instead of compiling them again."""
+
+    enabled: bool | None = Field(
+        None, description="Keep the compile caches on a shared PVC. Unset: on when spec.model.cache.enabled is "
+        "(the cluster then provides the PVCs it needs); false turns it off (each pod compiles in its own "
+        "emptyDir); true turns it on without the model cache.")
+    size: Quantity = Field(
+        COMPILE_CACHE_SIZE_DEFAULT, description=f"Size of the compile cache PVC: the bound of everything it "
+        f"keeps. Default {COMPILE_CACHE_SIZE_DEFAULT}; from 1Gi to 1Ti. Applied when the PVC is created (like the "
+        "model cache's, a PVC that exists is left as it is).")
+    storage_class_name: ObjectName | None = Field(
+        None, description="StorageClass of the compile cache PVC. Defaults to the cluster's default StorageClass.")
+    access_mode: Literal["ReadWriteMany", "ReadWriteOnce"] = Field(
+        "ReadWriteMany", description="ReadWriteMany (default): pods on every node share it; ReadWriteOnce "
+        "(node-local volumes) keeps every pod on the volume's node.")
+
+    @field_validator("size")
+    @classmethod
+    def _bounded(cls, size: int | str) -> int | str:
+        given = rules.parse_quantity(size)
+        if not COMPILE_CACHE_SIZE_MIN_BYTES <= given <= COMPILE_CACHE_SIZE_MAX_BYTES:
+            raise invalid(f"compileCache.size {size!r} is outside 1Gi..1Ti: a model's compiled graphs take tens to "
+                          "hundreds of MiB per entry, and the volume is the cache's only bound")
+        return size
+
+
 class ModelSource(APIModel):
     name: HubID = Field(description="Hugging Face Hub id (`org/name`) or `hf://org/name` of the model to serve. "
                         "With a pvc:// or s3:// source it names the model (the default served name, and the "
@@ -382,6 +418,11 @@ class VLLMSettings(APIModel):
         description="vLLM's reasoning parser (--reasoning-parser), e.g. deepseek_r1 or qwen3: the model's reasoning "
         "is returned apart from its answer. vLLM checks the name against the parsers of its release when it starts "
         "(an unknown one fails the start, with vLLM's list of names in the pod's log).")
+    compile_cache: CompileCache = Field(
+        default_factory=CompileCache,
+        description="vLLM's compile caches (torch.compile, Triton, FlashInfer) on a PVC shared by every pod of the "
+        "same model: a restarted pod, a remediation step or a scale-out loads the compiled graphs instead of "
+        "compiling them again.")
     drain_seconds: int = Field(
         DRAIN_SECONDS_DEFAULT, ge=0, le=DRAIN_SECONDS_MAX,
         description="How long a pod being replaced or removed may take to finish the requests it is generating, in "

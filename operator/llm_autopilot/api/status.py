@@ -408,6 +408,16 @@ class StartupProbeStatus(StatusModel):
     message: str = Field(max_length=300, description="Which budget was used, and why.")
 
 
+class CompileCacheStatus(StatusModel):
+    """Where the vLLM pods keep their compile caches (spec.vllm.compileCache): the PVC, and the folder of the plan
+    in force, keyed by what vLLM's own hash does not separate (render/compile_cache.py)."""
+
+    claim_name: str = Field(max_length=253, description="The compile cache PVC.")
+    folder: str = Field(max_length=253, description="The folder in it: VLLM_CACHE_ROOT, TRITON_CACHE_DIR and "
+                                                    "FLASHINFER_WORKSPACE_BASE are below /compile-cache/<folder>.")
+    size: str = Field(max_length=64, description="The PVC's requested size (its bound) when the operator made it.")
+
+
 LoRAUpdates = Literal["Runtime", "Rollout"]
 
 
@@ -465,6 +475,8 @@ class LLMDeploymentStatus(APIModel):
     startup_probe: StartupProbeStatus | None = Field(
         None, description="The startup probe's length the plan in force runs with: learned from the starts "
                           "observed for the same image, model and GPU, or the first guess (fixed per plan).")
+    compile_cache: CompileCacheStatus | None = Field(
+        None, description="The PVC and folder the vLLM pods keep their compile caches in (spec.vllm.compileCache).")
     attestations: dict[str, str] | None = Field(
         None, max_length=16,
         description="The operator's HMAC of each section it reads back (source, loraSources, cache, verification, "

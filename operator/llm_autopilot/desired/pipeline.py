@@ -30,6 +30,7 @@ from llm_autopilot.desired.refusals import autoscaling_problem, spec_refusal
 from llm_autopilot.desired.sections import (
     burn_in,
     cache,
+    compile_cache,
     lora,
     network_policy,
     plan,
@@ -129,7 +130,7 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
         # nothing was written (or a recorded step is applied next pass): a step whose objects the API
         # server refuses is not taken, nor reported
         return d.fail("ApplyRejected", clean_line(world.applied.rejected, MESSAGE_LIMIT))
-    d.out.objects = cache_objects + final.objects
+    d.out.objects = cache_objects + compile_cache.objects(d, final) + final.objects
     d.out.step = decision.state.attested(d.author).to_status() if decision.changed else None
     d.out.after = workload_ask(d.owner, final)
     remediation.record(d, decision, final)
@@ -144,5 +145,6 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
     if asks is not None:
         return d.asking(asks)
     cache.report_cache(d)
+    compile_cache.report_compile_cache(d, final)
     lora.report_lora(d, spec, final.plan.config)
     return d.finish()

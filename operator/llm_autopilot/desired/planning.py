@@ -24,7 +24,7 @@ from llm_autopilot.planner.start_times import StartKey
 from llm_autopilot.remediation.evidence import apply_overrides
 from llm_autopilot.remediation.ladder import Overrides, max_model_len_floor
 from llm_autopilot.remediation.state import Limits
-from llm_autopilot.render import cache, lora_volumes, model_volume, rollout
+from llm_autopilot.render import cache, compile_cache, lora_volumes, model_volume, rollout
 from llm_autopilot.render.host_memory import host_memory
 from llm_autopilot.render.kubernetes import Owner, WorkloadInputs, plan_hash
 from llm_autopilot.render.vllm_args import (
@@ -167,8 +167,10 @@ def render(ctx: Context, choice: PoolChoice, overrides: Overrides, owner: Owner,
     inputs = WorkloadInputs(owner, spec, plan, tuple(args), spec.vllm.image or settings.default_image, products,
                             replicas=overrides.replicas, memory_limit_gib=overrides.memory_limit_gib,
                             host_memory_gib=host, prometheus_address=prometheus)
+    compiled = compile_cache.volume_of(spec, owner.namespace, inputs.image, plan.config.gpu.display_name)
     inputs = dataclasses.replace(inputs, surge=rollout.can_surge(plan.config, choice.pool, inputs.replica_count),
-                                 cache_claim=ctx.cache_claim, held=not ctx.cache_complete, lora_runtime=lora_runtime)
+                                 cache_claim=ctx.cache_claim, held=not ctx.cache_complete, lora_runtime=lora_runtime,
+                                 compile_cache=compiled)
     digest = plan_hash(inputs)  # the probe is not part of it: the plan it is pinned to
     key = start_key(inputs.image, plan.config.model.model_id, plan.config.gpu.display_name,
                     downloads=inputs.downloads_weights)

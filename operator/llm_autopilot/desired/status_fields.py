@@ -22,7 +22,7 @@ from llm_autopilot.api.status import (
     SourceStatus,
     VerificationStatus,
 )
-from llm_autopilot.api.v1alpha1 import CacheStatus
+from llm_autopilot.api.v1alpha1 import CacheStatus, CompileCacheStatus
 from llm_autopilot.remediation.state import RemediationState
 
 T = TypeVar("T")
@@ -59,6 +59,7 @@ SELECTOR = StatusField[str]("selector")
 SOURCE = StatusField[SourceStatus]("source")
 LORA_SOURCES = StatusField[list[LoRASourceStatus]]("lora_sources")
 CACHE = StatusField[CacheStatus]("cache")
+COMPILE_CACHE = StatusField[CompileCacheStatus]("compile_cache")
 VERIFICATION = StatusField[VerificationStatus]("verification")
 RELEASES = StatusField[tuple[ReleaseVerification, ...]]("releases")
 KV_CALIBRATION = StatusField[KVCalibrationStatus]("kv_calibration")

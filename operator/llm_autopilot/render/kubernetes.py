@@ -21,7 +21,8 @@ from llm_autopilot.catalog.gpus import GFD_PRODUCT
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from llm_autopilot.domain.drain import pre_stop_seconds, termination_grace_seconds
 from llm_autopilot.planner.plan import Plan
-from llm_autopilot.render import cache, lora_volumes, model_volume, rollout
+from llm_autopilot.render import cache, compile_cache, lora_volumes, model_volume, rollout
+from llm_autopilot.render.compile_cache import CompileCacheVolume
 from llm_autopilot.render.model_volume import downloads
 from llm_autopilot.render.vllm_args import VLLM_PORT, without_shutdown_timeout
 from llm_autopilot.vllm.versions import RUNTIME_LORA_UPDATING_ENV
@@ -44,9 +45,15 @@ RUN_AS_USER = 65534
 HOME_DIR = "/home/vllm"
 
 
-def _pod_security_context() -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"}}
+def _pod_security_context(*, writes_volume: bool = False) -> dict[str, Any]:
+    """``writes_volume``: the pod writes a PVC (the compile cache), which the kubelet makes its group's by fsGroup,
+    as the model cache's download Job does; OnRootMismatch: a volume already the group's is not walked again at
+    every start (a full cache holds many files)."""
+    context: dict[str, Any] = {"runAsNonRoot": True, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_USER,
+                               "seccompProfile": {"type": "RuntimeDefault"}}
+    if writes_volume:
+        context |= {"fsGroup": RUN_AS_USER, "fsGroupChangePolicy": "OnRootMismatch"}
+    return context
 
 
 def _container_security_context() -> dict[str, Any]:
@@ -86,6 +93,8 @@ class WorkloadInputs:
     lora_runtime: bool = False
     #: the startup probe's length chosen for this plan (desired/startup_probe.py); None: the formula's
     startup_budget: int | None = None
+    #: the PVC and folder of vLLM's compile caches (spec.vllm.compileCache); None: they stay in the emptyDir HOME
+    compile_cache: CompileCacheVolume | None = None
 
     @property
     def downloads_weights(self) -> bool:
@@ -241,6 +250,12 @@ def _home_env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
     return [{"name": "HOME", "value": HOME_DIR}]
 
 
+def _compile_cache_env(inputs: WorkloadInputs) -> list[dict[str, Any]]:
+    if inputs.compile_cache is None:
+        return []
+    return compile_cache.env(inputs.compile_cache, {var.name for var in inputs.spec.vllm.env})
+
+
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures,
             "timeoutSeconds": 5}
@@ -276,12 +291,13 @@ def container(inputs: WorkloadInputs, *, command: list[str], args: list[str], pr
         "command": command,
         "args": args,
         "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
-        "env": [*_env(inputs), *_home_env(inputs), *env],
+        "env": [*_env(inputs), *_home_env(inputs), *_compile_cache_env(inputs), *env],
         "resources": container_resources(inputs),
         "securityContext": _container_security_context(),
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "home", "mountPath": HOME_DIR},
                          *model_volume.mounts(inputs.spec), *lora_volumes.mounts(inputs.spec),
-                         *([cache.pod_mount()] if inputs.cache_claim else [])],
+                         *([cache.pod_mount()] if inputs.cache_claim else []),
+                         *([compile_cache.pod_mount()] if inputs.compile_cache else [])],
         **probes,
         **lifecycle,
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -302,12 +318,13 @@ def pod_spec(inputs: WorkloadInputs, vllm: dict[str, Any]) -> dict[str, Any]:
         # NCCL and vLLM's workers exchange tensors through shared memory; the home holds the downloaded model
         "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _gib(max(2, 2 * gpus))}},
                     {"name": "home", "emptyDir": {}}, *model_volume.volumes(spec), *lora_volumes.volumes(spec),
-                    *([cache.pod_volume(inputs.cache_claim)] if inputs.cache_claim else [])],
+                    *([cache.pod_volume(inputs.cache_claim)] if inputs.cache_claim else []),
+                    *([compile_cache.pod_volume(inputs.compile_cache)] if inputs.compile_cache else [])],
         # the preStop wait, the drain (spec.vllm.drainSeconds) and vLLM's teardown (domain/drain.py)
         "terminationGracePeriodSeconds": termination_grace_seconds(spec.vllm.drain_seconds),
         # vLLM never calls the Kubernetes API: the model code it runs gets no ServiceAccount token
         "automountServiceAccountToken": False,
-        "securityContext": _pod_security_context(),
+        "securityContext": _pod_security_context(writes_volume=inputs.compile_cache is not None),
     }
     if inputs.cache_claim:  # the pod goes no further on a cache without its completion marker
         pod["initContainers"] = [cache.marker_check(inputs.image, spec)]
