@@ -395,7 +395,7 @@ class ClientLoop:
             self._thread.join(timeout=120)
 
 
-WINDOW = 60  # kvSaturationWindowSeconds
+WINDOW = 30  # kvSaturationWindowSeconds: the schema's least, as in test_real_vllm.py
 
 
 @pytest.mark.real_vllm

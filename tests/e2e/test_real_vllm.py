@@ -251,10 +251,11 @@ def _reading(kubectl: Kubectl, namespace: str, name: str, pod: dict[str, Any]) -
 def test_a_memory_limit_too_small_is_a_real_oom_kill_and_the_limit_is_raised(
         kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
     with operator_for(kubectl, namespace, tmp_path) as operator:
-        # a CPU vLLM of the tiny model needs about 2.0 GiB (measured): 1Gi is a kernel OOM kill while it loads
+        # a CPU vLLM of the tiny model needs about 2.0 GiB (measured): 1.5Gi is a kernel OOM kill while it loads.
+        # (1Gi took two raises, 1 -> 1.5 -> 2.25 GiB: one vLLM start more for CI, the same claim)
         apply(kubectl, namespace, tiny("oom", serving={"maxModelLen": 4096},
                                        resources={"requests": {"cpu": "1", "memory": "512Mi"},
-                                                  "limits": {"memory": "1Gi"}}))
+                                                  "limits": {"memory": "1536Mi"}}))
         steps = wait_steps(kubectl, namespace, "oom", 1, START_SECONDS)
         first = steps[0]
         assert first["signal"] == "OOMKilled" and first["evidence"]["exitCode"] in ("137", "1"), first
@@ -263,7 +264,7 @@ def test_a_memory_limit_too_small_is_a_real_oom_kill_and_the_limit_is_raised(
         steps = history(kubectl, namespace, "oom")
         assert all(s["signal"] == "OOMKilled" for s in steps), steps
         limit = pod["spec"]["containers"][0]["resources"]["limits"]["memory"]
-        assert limit in ("1536Mi", "2304Mi", "3456Mi"), limit
+        assert limit in ("2304Mi", "3456Mi"), limit
         # one failure, one step (issue #29 item 6): once a pod of a plan serves, the OOM kills of the plans it
         # replaced move the ladder no further. Three full reconciles later the last raise is still the serving
         # pod's limit
@@ -275,7 +276,9 @@ def test_a_memory_limit_too_small_is_a_real_oom_kill_and_the_limit_is_raised(
                failure_to_serving_s=round(seconds_since(first["evidence"]["finishedAt"])))
 
 
-WINDOW = 60  # kvSaturationWindowSeconds
+#: kvSaturationWindowSeconds: the schema's least (30 s; Prometheus scrapes every few seconds here, so a window still
+#: holds several samples). Both saturation tests wait two windows, so each second here is four of CI's.
+WINDOW = 30
 
 
 def _cpu_holds_fp8_kv() -> bool:
@@ -327,8 +330,16 @@ def test_real_overload_is_kv_saturation_and_the_ladder_steps(
                     return any(arg(pod, "--kv-cache-dtype") == "fp8" for pod in ready)
                 return len(ready) == 2
 
+            surged = time.monotonic()
             wait_for("the step's new pod serving beside the loaded one", the_steps_pod_serves,
                      timeout=START_SECONDS, interval=2)
+            surge_seconds = time.monotonic() - surged
+            # issue #29 item 5's scenario: the new vLLM started on the other node's own CPUs beside the loaded
+            # one (before each node had its own cpuset, the two shared a core and the new one was starved)
+            new_pods = [p for p in ready_pods(kubectl, namespace, "busy")
+                        if p["metadata"]["name"] != first_pod["metadata"]["name"]]
+            assert new_pods and all(p["spec"]["nodeName"] != first_pod["spec"]["nodeName"] for p in new_pods), (
+                [(p["metadata"]["name"], p["spec"]["nodeName"]) for p in new_pods], first_pod["spec"]["nodeName"])
             judged_from = time.monotonic()
 
             def settled() -> str | None:
@@ -349,7 +360,8 @@ def test_real_overload_is_kv_saturation_and_the_ladder_steps(
         assert all(s["signal"] == "KVSaturation" for s in steps), steps
         report("KV saturation", metric=f"average usage {evidence['averageUsage']}, peak {evidence['peakUsage']}, "
                f"{evidence['preemptions']} preemptions, queue >= {evidence['minWaiting']}",
-               load_to_step_s=round(reacted), outcome=outcome, completed=completed)
+               load_to_step_s=round(reacted), step_to_new_pod_serving_s=round(surge_seconds), outcome=outcome,
+               completed=completed)
 
 
 def test_a_busy_but_healthy_vllm_is_left_alone(kubectl: Kubectl, namespace: str, tmp_path: Path) -> None:
