@@ -30,6 +30,7 @@ until the new plan's pod has answered it 3 times. Prints, asserts nothing.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import time
@@ -88,9 +89,36 @@ class Row:
     hub_bytes: int
     failed: int
     answered: int
+    new_pod_log: str
 
 
 ROWS: list[Row] = []
+
+
+#: vLLM's log lines about its compile cache (vllm/compilation/decorators.py, 0.32.0) and its engine start
+_WARMING_UP = re.compile(r"(\d\d:\d\d:\d\d) \[[^]]+\] Warming up model for the compilation")
+_SAVED = re.compile(r"(\d\d:\d\d:\d\d) \[[^]]+\] \[backbone\] saved AOT compiled function")
+_INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s")
+
+
+def compile_summary(log: str) -> str:
+    """What a vLLM pod's log says of its compile cache: the entry loaded, found but compiled again (the CPU
+    build cannot load its own AOT artefact: docs/users/model-cache.md), or none; the compile's seconds (warm-up
+    to the artefact saved, whole seconds as vLLM logs them) and the engine's init."""
+    if "Directly load AOT compilation" in log:
+        entry = "loaded"
+    elif "due to a load failure" in log:
+        entry = "found, compiled again"
+    else:
+        entry = "none"
+    parts = [f"entry {entry}"]
+    warming, saved = _WARMING_UP.search(log), _SAVED.search(log)
+    if warming and saved:
+        seconds = (datetime.strptime(saved.group(1), "%H:%M:%S") - datetime.strptime(warming.group(1), "%H:%M:%S"))
+        parts.append(f"compile {seconds.total_seconds():.0f} s")
+    if init := _INIT_ENGINE.search(log):
+        parts.append(f"engine init {float(init.group(1)):.1f} s")
+    return ", ".join(parts)
 
 
 def epoch(stamp: str) -> float:
@@ -161,15 +189,19 @@ class Bench:
              if s.get("recoveredSeconds") is not None or s.get("superseded")), None), timeout=120, interval=2)
         return found
 
+    def new_pod_log(self, pod: str) -> str:
+        found = self.k("logs", pod, "-n", self.namespace, "-c", "vllm", check=False)
+        return compile_summary(found.stdout) if found.returncode == 0 else "(no log)"
+
     def finish(self, step_kind: str, mode: str, note: str, name: str, step: dict[str, Any], evidence_at: float,
-               served_at: float, loop: ClientLoop, before: tuple[int, int]) -> None:
+               served_at: float, loop: ClientLoop, before: tuple[int, int], pod: str) -> None:
         entry = self.recovery(name)
         recovered = entry.get("recoveredSeconds")
         served = entry.get("servedThroughout")
         found = Row(f"{STEP_LABEL[step_kind]}: {step['action']}", MODE_LABEL[mode] + note,
                     "superseded" if recovered is None else f"{recovered:.0f}", "-" if served is None else str(served),
                     served_at - evidence_at, self.store_bytes(evidence_at), self.hub_bytes(evidence_at),
-                    loop.failed - before[1], loop.ok - before[0])
+                    loop.failed - before[1], loop.ok - before[0], self.new_pod_log(pod))
         ROWS.append(found)
         print(f"  {found} load average {os.getloadavg()[0]:.1f}; client by pod {loop.by_pod}; first errors "
               f"{loop.errors[:3]}", file=sys.stderr, flush=True)
@@ -191,7 +223,7 @@ class Bench:
             self.answered_by(loop, pod["metadata"]["name"])
         finally:
             loop.stop()
-        self.finish("kv", mode, note, name, step, evidence_at, served_at, loop, (0, 0))
+        self.finish("kv", mode, note, name, step, evidence_at, served_at, loop, (0, 0), pod["metadata"]["name"])
         self.delete(name)
 
     def saturation(self, mode: str) -> None:
@@ -216,18 +248,18 @@ class Bench:
         finally:
             load.stop()
             loop.stop()
-        self.finish("saturation", mode, note, name, step, evidence_at, served_at, loop, before)
+        self.finish("saturation", mode, note, name, step, evidence_at, served_at, loop, before, pod["metadata"]["name"])
         self.delete(name)
 
 
 def table(rows: list[Row]) -> str:
     header = ("step", "compile cache", "recoveredSeconds", "servedThroughout", "evidence -> serving s",
-              "S3 bytes", "Hub bytes", "requests failed/answered")
+              "S3 bytes", "Hub bytes", "requests failed/answered", "the new pod's vLLM log")
     cells = [header, *((r.step, r.compile_cache, r.recovered_seconds, r.served_throughout,
                         f"{r.evidence_to_serving:.0f}", str(r.store_bytes), str(r.hub_bytes),
-                        f"{r.failed}/{r.answered}") for r in rows)]
+                        f"{r.failed}/{r.answered}", r.new_pod_log) for r in rows)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in
+    return "\n".join("  ".join(cell.ljust(w) if i in {0, 1, len(header) - 1} else cell.rjust(w) for i, (cell, w) in
                                enumerate(zip(row, widths, strict=True))) for row in cells)
 
 
