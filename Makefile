@@ -96,6 +96,10 @@ bench-cache: install ## The model cache on the real CPU vLLM and SeaweedFS: firs
 	$(PYTHON) hack/cluster.py up >/dev/null
 	$(BIN)/python -m tests.bench.bench_cache $(PARTS)
 
+bench-steps: install ## What a remediation step costs with the compile cache off, cold and warm: a KV-capacity and a saturation step on the real CPU vLLM, recovery from the status, seconds, bytes, client failures (local cluster, ~60 min; PARTS="kv saturation" or e.g. "kv-off kv-cold kv-warm")
+	$(PYTHON) hack/cluster.py up >/dev/null
+	$(BIN)/python -m tests.bench.bench_steps $(PARTS)
+
 bench-calibration: install ## The KV error before and after a leave-one-out calibration, on the golden GPU logs and the CPU vLLM cases (no cluster)
 	$(BIN)/python -m tests.bench.bench_calibration
 
@@ -124,5 +128,5 @@ vllm-flags: install ## Regenerate vllm/data/flags.json from each release's wheel
 clean: ## Remove the virtualenv and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
-.PHONY: help install plan dev demo down cluster test test-unit test-e2e test-real-vllm lint crds verify reference docs docs-serve bench bench-planner bench-admission bench-reaction bench-scale bench-cache bench-calibration golden \
+.PHONY: help install plan dev demo down cluster test test-unit test-e2e test-real-vllm lint crds verify reference docs docs-serve bench bench-planner bench-admission bench-reaction bench-scale bench-cache bench-steps bench-calibration golden \
 	golden-vllm traces-vllm test-vllm vllm-flags clean

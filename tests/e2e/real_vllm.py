@@ -12,7 +12,9 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -218,6 +220,64 @@ class FollowingLoad:
             completed += load.stop().completed
         self.loads.clear()
         return completed
+
+
+#: the client loop's pause between answers
+PACE_SECONDS = 1.0
+
+
+@dataclass
+class ClientLoop:
+    """One client sending a short completion about once a second to a Ready pod (as a Service's endpoints would
+    route: pods that are Ready and not terminating), counting answers and failures. Once a second, not back to
+    back: on two cores a vLLM answering without pause starves the surged pod's start past its startup probe
+    (measured: killed at 600 s and restarted), which is this machine's limit, not the rollout's. A look that finds
+    no Ready pod counts as one failure, once a second."""
+
+    kubectl: Kubectl
+    namespace: str
+    name: str
+    prompt: str = "The operator plans"
+    #: generous: while the deployment is overloaded on purpose a request waits in vLLM's queue
+    timeout: float = 300
+    ok: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    by_pod: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                targets = ready_pods(self.kubectl, self.namespace, self.name)
+            except AssertionError:
+                continue
+            if not targets:
+                self.failed += 1
+                self.errors.append(f"{time.strftime('%H:%M:%S')} no Ready pod")
+                time.sleep(1)
+                continue
+            pod = targets[self.ok % len(targets)]
+            try:
+                answer = complete(pod, self.prompt, timeout=self.timeout)
+                assert answer["usage"]["completion_tokens"] == 8
+                self.ok += 1
+                self.by_pod[pod["metadata"]["name"]] = self.by_pod.get(pod["metadata"]["name"], 0) + 1
+                self._stop.wait(PACE_SECONDS)  # a client's pace, not a wait for a condition
+            except (OSError, urllib.error.URLError, AssertionError, KeyError, ValueError) as exc:
+                self.failed += 1
+                self.errors.append(f"{time.strftime('%H:%M:%S')} {pod['metadata']['name']}: {exc!r}"[:300])
+
+    def start(self) -> ClientLoop:
+        self._thread = threading.Thread(target=self.run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=120)
 
 
 def wait_steps(kubectl: Kubectl, namespace: str, name: str, count: int, timeout: float,

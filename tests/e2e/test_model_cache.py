@@ -23,9 +23,7 @@ model, its KV figures and its saturation: the real CPU build (``real_vllm``).
 from __future__ import annotations
 
 import sys
-import threading
 import time
-import urllib.error
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +41,7 @@ from tests.e2e.real_vllm import (
     MIB,
     STAND_IN,
     START_SECONDS,
+    ClientLoop,
     FollowingLoad,
     arg,
     complete,
@@ -340,61 +339,6 @@ def test_a_kv_capacity_step_on_the_cached_model_downloads_nothing(cached: Cached
 # --- (c) a saturation step on a serving deployment with a free node: a surge, and the clients keep answers ----
 
 
-#: the client loop's pause between answers
-PACE_SECONDS = 1.0
-
-
-@dataclass
-class ClientLoop:
-    """One client sending a short completion about once a second to a Ready pod (as a Service's endpoints would
-    route: pods that are Ready and not terminating), counting answers and failures. Once a second, not back to
-    back: on two cores a vLLM answering without pause starves the surged pod's start past its startup probe
-    (measured: killed at 600 s and restarted), which is this machine's limit, not the rollout's."""
-
-    cached: Cached
-    name: str
-    #: generous: while the deployment is overloaded on purpose a request waits in vLLM's queue
-    timeout: float = 300
-    ok: int = 0
-    failed: int = 0
-    errors: list[str] = field(default_factory=list)
-    by_pod: dict[str, int] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                targets = ready_pods(self.cached.kubectl, self.cached.namespace, self.name)
-            except AssertionError:
-                continue
-            if not targets:
-                self.failed += 1
-                self.errors.append(f"{time.strftime('%H:%M:%S')} no Ready pod")
-                time.sleep(1)
-                continue
-            pod = targets[self.ok % len(targets)]
-            try:
-                answer = complete(pod, "The cache keeps", timeout=self.timeout)
-                assert answer["usage"]["completion_tokens"] == 8
-                self.ok += 1
-                self.by_pod[pod["metadata"]["name"]] = self.by_pod.get(pod["metadata"]["name"], 0) + 1
-                self._stop.wait(PACE_SECONDS)  # a client's pace, not a wait for a condition
-            except (OSError, urllib.error.URLError, AssertionError, KeyError, ValueError) as exc:
-                self.failed += 1
-                self.errors.append(f"{time.strftime('%H:%M:%S')} {pod['metadata']['name']}: {exc!r}"[:300])
-
-    def start(self) -> ClientLoop:
-        self._thread = threading.Thread(target=self.run, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=120)
-
-
 WINDOW = 30  # kvSaturationWindowSeconds: the schema's least, as in test_real_vllm.py
 
 
@@ -410,7 +354,7 @@ def test_a_saturation_step_surges_and_a_client_loop_keeps_getting_answers(cached
                      timeout=2 * START_SECONDS, interval=2)
     deployment = cached.kubectl.json("deployment", "busy", "-n", cached.namespace)
     assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}, deployment
-    loop = ClientLoop(cached, "busy").start()
+    loop = ClientLoop(cached.kubectl, cached.namespace, "busy", "The cache keeps").start()
     load = FollowingLoad(cached.kubectl, cached.namespace, "busy", clients=24, prompt_tokens=1500, max_tokens=2000)
     since = time.time()
     try:
