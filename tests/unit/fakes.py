@@ -108,6 +108,9 @@ class FakeCluster:
             new = copy.deepcopy(obj)
             generation = int((live or {}).get("metadata", {}).get("generation", 0)) + 1
             new["metadata"]["generation"] = generation
+            # the API server gives each object its uid at creation and keeps it (a delete by uid names that one)
+            new["metadata"]["uid"] = ((live or {}).get("metadata", {}).get("uid")
+                                      or f"uid-{obj['kind']}-{obj['metadata']['name']}")
             replicas = new["spec"].get("replicas", 0) if new["kind"] == "Deployment" else 0
             new["status"] = {"observedGeneration": generation, "updatedReplicas": replicas,
                              "availableReplicas": replicas}

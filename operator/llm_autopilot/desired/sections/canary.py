@@ -15,11 +15,26 @@ from llm_autopilot.render import canary as render_canary
 from llm_autopilot.render.workload import Shape
 
 
-def ask(d: Draft, r: Rendered) -> CanaryAsk | None:
-    """The canary to read (asked with the workload), unless read; a workload of groups across nodes has none."""
+def ask(d: Draft, spec: LLMDeploymentSpec, r: Rendered) -> CanaryAsk | None:
+    """The canary to read (asked with the workload), only where it can matter: status.canary is there (even one
+    set aside as forged: its canary may still run), or the fleet's Deployment, once read, runs another release
+    than the spec's. A pass with no release change reads nothing more; a workload of groups across nodes has no
+    canary."""
     if r.shape is not Shape.DEPLOYMENT or d.world.reading(CanaryReading) is not None:
         return None
+    if CANARY.key not in d.raw:
+        seen = d.world.workload
+        if not spec.rollout.canary or seen is None:  # the fleet's release is known once the workload is read
+            return None
+        fleet = _fleet_release(d, seen.deployment)
+        if fleet is None or fleet == _wanted(r):
+            return None
     return CanaryAsk(d.owner.namespace, d.owner.name)
+
+
+def _wanted(r: Rendered) -> Release:
+    """The release the spec asks for: the plan's vLLM version and the image its pods run."""
+    return Release(str(r.plan.config.vllm.version), r.inputs.image)
 
 
 def _fleet_release(d: Draft, live: dict[str, Any] | None) -> Release | None:
@@ -45,7 +60,7 @@ def report_canary(d: Draft, spec: LLMDeploymentSpec, r: Rendered, live: dict[str
         return r.objects
     replicas = r.inputs.replica_count
     decision = canary.decide(CanaryInputs(
-        fleet=_fleet_release(d, live), wanted=Release(str(r.plan.config.vllm.version), r.inputs.image),
+        fleet=_fleet_release(d, live), wanted=_wanted(r),
         plan_hash=r.plan_hash, enabled=spec.rollout.canary and not r.inputs.held, replicas=replicas,
         fleet_ready=deployment_ready(live, replicas)[0] is True, surge_room=r.inputs.surge,
         startup_seconds=r.inputs.startup_seconds, now=d.now, known=d.read.canary, pod=seen.pod,
