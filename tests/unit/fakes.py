@@ -95,6 +95,9 @@ class FakeCluster:
             return copy.deepcopy(self.llmd)
         return copy.deepcopy(self.objects.get((kind, name)))
 
+    def get_whole(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        return self.get(api_version, kind, name, namespace)
+
     def apply_all(self, objects: list[dict[str, Any]], before_write: Callable[[], None] | None = None) -> int:
         stale = [o for o in objects if (self.objects.get((o["kind"], o["metadata"]["name"])) or {}).get(
             "metadata", {}).get("annotations", {}).get(INPUT_HASH) != o["metadata"]["annotations"][INPUT_HASH]]

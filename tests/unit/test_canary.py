@@ -171,7 +171,7 @@ def test_held_fleet_keeps_the_live_template() -> None:
     new = deployment(render_inputs())
     live = {"spec": {"template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [
         {"name": "vllm", "image": OLD.image}]}}}}
-    held = render_canary.held_fleet(new, live, 1, version=OLD.version)
+    held = render_canary.held_fleet(new, live["spec"]["template"], 1, version=OLD.version)
     assert held["spec"]["template"] == live["spec"]["template"] and held["spec"]["replicas"] == 1
     assert render_canary.deployment_version(held) == OLD.version
     assert render_canary.deployment_version(new) == str(render_inputs().plan.config.vllm.version)

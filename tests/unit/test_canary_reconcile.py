@@ -1,6 +1,8 @@
 """The release canary through the reconcile (desired/sections/canary.py, controller/features/canary.py), named cases
 on the in-memory cluster: what the fleet's and the canary's Deployments become, status.canary and UpgradeHeld.
-The decision's own cases are tests/unit/test_canary.py's."""
+Each case runs twice: on the API server's whole objects, and on what the operator's watches give a reconcile (the
+children's and pods' summaries, controller/observed.py; the pod watch indexed by the instance label alone). The
+decision's own cases are tests/unit/test_canary.py's."""
 
 from __future__ import annotations
 
@@ -8,8 +10,11 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
+from llm_autopilot.controller.observed import WATCHED_CHILDREN, child_summary, pod_summary
 from llm_autopilot.render.canary import CANARY_LABEL, canary_name
-from llm_autopilot.render.kubernetes import PLAN_HASH
+from llm_autopilot.render.kubernetes import INSTANCE_LABEL, OWNER_LABEL, PLAN_HASH
 from tests.unit.fakes import NAME, FakeCluster, Run
 
 OLD = {"version": "0.32.0", "image": "vllm/vllm-openai:v0.32.0"}
@@ -31,13 +36,40 @@ class Reads(FakeCluster):
         return super().get(api_version, kind, name, namespace)
 
 
+class Watches(Reads):
+    """The cluster as a reconcile reads it through the operator's watches (controller/observed.py's
+    WatchedCluster): a child the operator made is its summary, a pod its summary, listed by the instance label
+    only; ``get_whole`` reads the API server."""
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        found = super().get(api_version, kind, name, namespace)
+        if found is None or kind not in WATCHED_CHILDREN or OWNER_LABEL not in found["metadata"].get("labels", {}):
+            return found
+        return child_summary(found).body
+
+    def get_whole(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        return super().get(api_version, kind, name, namespace)
+
+    def pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        key, _, instance = label_selector.partition("=")
+        if key != INSTANCE_LABEL or "," in instance:
+            raise ValueError(f"the pod watch is indexed by {INSTANCE_LABEL}=NAME only, not {label_selector!r}")
+        return [pod_summary(p).body for p in super().pods(namespace, label_selector)]
+
+
+@pytest.fixture(params=[Reads, Watches], ids=["api", "watches"])
+def cluster(request: pytest.FixtureRequest) -> Reads:
+    made: Reads = request.param()
+    return made
+
+
 def on(release: dict[str, str]) -> dict[str, Any]:
     return {**SPEC, "vllm": dict(release)}
 
 
-def running_old() -> Run:
+def running_old(cluster: Reads) -> Run:
     """A fleet of two replicas running OLD, then its spec changed to NEW."""
-    run = Run(on(OLD), cluster=Reads())
+    run = Run(on(OLD), cluster=cluster)
     run.once()
     run.generation, run.spec = 2, on(NEW)
     return run
@@ -72,8 +104,8 @@ def held(run: Run) -> dict[str, Any] | None:
     return next((c for c in run.status.get("conditions", []) if c["type"] == "UpgradeHeld"), None)
 
 
-def test_a_pass_with_no_release_change_reads_no_canary() -> None:
-    run = Run(on(OLD), cluster=Reads())
+def test_a_pass_with_no_release_change_reads_no_canary(cluster: Reads) -> None:
+    run = Run(on(OLD), cluster=cluster)
     run.once()
     run.once()
     assert isinstance(run.cluster, Reads) and run.cluster.canary_reads == 0
@@ -81,8 +113,8 @@ def test_a_pass_with_no_release_change_reads_no_canary() -> None:
     assert ("Deployment", CANARY) not in run.cluster.objects
 
 
-def test_a_release_change_with_a_free_gpu_starts_a_canary_and_leaves_the_fleet_as_it_runs() -> None:
-    run = running_old()
+def test_a_release_change_with_a_free_gpu_starts_a_canary_and_leaves_the_fleet_as_it_runs(cluster: Reads) -> None:
+    run = running_old(cluster)
     fleet = template(run)
     run.once()
     assert template(run) == fleet and run.cluster.deployment()["spec"]["replicas"] == 2
@@ -94,8 +126,8 @@ def test_a_release_change_with_a_free_gpu_starts_a_canary_and_leaves_the_fleet_a
     assert held(run) is None  # waiting on the canary is not a held upgrade
 
 
-def test_a_verified_canary_rolls_the_fleet_then_goes() -> None:
-    run = running_old()
+def test_a_verified_canary_rolls_the_fleet_then_goes(cluster: Reads) -> None:
+    run = running_old(cluster)
     run.once()
     canary_pod(run, None)
     run.once()  # the canary's figures are read (PlanVerified) for the new plan
@@ -111,8 +143,8 @@ def test_a_verified_canary_rolls_the_fleet_then_goes() -> None:
     assert "canary" not in run.status and image(run) == NEW["image"]
 
 
-def test_a_canary_below_the_plans_kv_room_holds_the_fleet_with_vllms_figures() -> None:
-    run = running_old()
+def test_a_canary_below_the_plans_kv_room_holds_the_fleet_with_vllms_figures(cluster: Reads) -> None:
+    run = running_old(cluster)
     run.once()
     fleet = template(run)
     canary_pod(run, None)
@@ -129,8 +161,8 @@ def test_a_canary_below_the_plans_kv_room_holds_the_fleet_with_vllms_figures() -
     assert template(run) == fleet and run.cluster.deployment()["spec"]["replicas"] == 2
 
 
-def test_reverting_the_spec_deletes_the_canary_and_clears_upgrade_held() -> None:
-    run = running_old()
+def test_reverting_the_spec_deletes_the_canary_and_clears_upgrade_held(cluster: Reads) -> None:
+    run = running_old(cluster)
     run.once()
     canary_pod(run, None)
     run.once()
@@ -145,8 +177,8 @@ def test_reverting_the_spec_deletes_the_canary_and_clears_upgrade_held() -> None
     assert "UpgradeReverted" in run.reasons() and image(run) == OLD["image"]
 
 
-def test_a_forged_passed_canary_rolls_nothing() -> None:
-    run = running_old()
+def test_a_forged_passed_canary_rolls_nothing(cluster: Reads) -> None:
+    run = running_old(cluster)
     run.once()
     fleet = template(run)
     forged = {**run.status["canary"], "phase": "Passed", "pod": f"{CANARY}-1", "message": "passed (forged)"}

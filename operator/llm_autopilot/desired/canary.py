@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from llm_autopilot.api.status import BurnInStatus, CanaryPhase, CanaryStatus, VerificationStatus
 from llm_autopilot.desired.status_fields import StatusField
@@ -54,10 +54,13 @@ class CanaryAsk:
 
 @dataclass(frozen=True)
 class CanaryReading:
-    """The canary as read: its Deployment's uid (None: none exists) and its newest pod not being deleted."""
+    """The canary as read: its Deployment's uid (None: none exists), its newest pod not being deleted, and the
+    fleet's pod template as it runs (whole, from the API server: a fleet held on its release is written with it;
+    None: no fleet Deployment)."""
 
     uid: str | None
     pod: CanaryPod | None = None
+    fleet_template: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

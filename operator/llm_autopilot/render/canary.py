@@ -51,11 +51,11 @@ def canary_deployment(fleet: dict[str, Any]) -> dict[str, Any]:
     return _rehashed(obj)
 
 
-def held_fleet(new_fleet: dict[str, Any], live: dict[str, Any], replicas: int, *, version: str) -> dict[str, Any]:
-    """The fleet's Deployment as the new plan renders it, but with the pod template the live one runs (the old
-    release's, ``version``: its pods are not rolled) and ``replicas``."""
+def held_fleet(new_fleet: dict[str, Any], template: dict[str, Any], replicas: int, *, version: str) -> dict[str, Any]:
+    """The fleet's Deployment as the new plan renders it, but with ``template``, the pod template the live one runs
+    (the old release's, ``version``: its pods are not rolled), and ``replicas``."""
     obj = copy.deepcopy(new_fleet)
-    obj["spec"]["template"] = copy.deepcopy(live["spec"]["template"])
+    obj["spec"]["template"] = copy.deepcopy(template)
     obj["spec"]["replicas"] = replicas
     obj["metadata"].setdefault("annotations", {})[VLLM_VERSION] = version
     return _rehashed(obj)

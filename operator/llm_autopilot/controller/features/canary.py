@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 
 def canary_pod(pods: PodSource, namespace: str, name: str, now: datetime) -> CanaryPod | None:
-    """The canary's newest pod not being deleted (None: none)."""
-    found = [p for p in pods.pods(namespace, f"{instance_selector(name)},{CANARY_LABEL}=true")
+    """The canary's newest pod not being deleted (None: none): of the object's pods (the pod watch is indexed by
+    the instance label alone), the one with the canary label."""
+    found = [p for p in pods.pods(namespace, instance_selector(name))
              if ((p.get("metadata") or {}).get("labels") or {}).get(CANARY_LABEL) == "true"
              and not (p.get("metadata") or {}).get("deletionTimestamp")]
     if not found:
@@ -45,13 +46,18 @@ def _age(created: Any, now: datetime) -> float:
 
 
 def _read(r: Reconciler, ask: CanaryAsk) -> CanaryReading:
-    """The canary's Deployment (only one this LLMDeployment owns) and its newest pod."""
-    live = r.kube.get("apps/v1", "Deployment", canary_name(ask.name), ask.namespace)
+    """The canary's Deployment (only one this LLMDeployment owns) and its newest pod, and the fleet's pod template
+    as it runs. Both Deployments whole from the API server (the watches keep summaries): asked only while a release
+    change is judged."""
+    fleet = r.kube.get_whole("apps/v1", "Deployment", ask.name, ask.namespace)
+    template = ((fleet or {}).get("spec") or {}).get("template")
+    live = r.kube.get_whole("apps/v1", "Deployment", canary_name(ask.name), ask.namespace)
     meta = (live or {}).get("metadata") or {}
     owned = any(ref.get("uid") == r.owner.uid and ref.get("controller") for ref in meta.get("ownerReferences") or [])
     if live is None or not owned or not meta.get("uid"):
-        return CanaryReading(None)
-    return CanaryReading(str(meta["uid"]), canary_pod(r.kube, ask.namespace, ask.name, r.now))
+        return CanaryReading(None, fleet_template=template)
+    return CanaryReading(str(meta["uid"]), canary_pod(r.kube, ask.namespace, ask.name, r.now),
+                         fleet_template=template)
 
 
 def _delete(r: Reconciler, delete: CanaryDelete) -> None:

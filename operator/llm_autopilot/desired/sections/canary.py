@@ -68,8 +68,8 @@ def report_canary(d: Draft, spec: LLMDeploymentSpec, r: Rendered, live: dict[str
         burn_in_wanted=spec.verification.burn_in is not None))
     # KEDA owns the replicas of an autoscaled fleet: the canary does not move them
     fleet_replicas = fleet["spec"]["replicas"] if spec.autoscaling is not None else decision.fleet_replicas
-    if decision.fleet == "old" and live is not None and decision.status is not None:
-        objects_fleet = render_canary.held_fleet(fleet, live, fleet_replicas,
+    if decision.fleet == "old" and seen.fleet_template is not None and decision.status is not None:
+        objects_fleet = render_canary.held_fleet(fleet, seen.fleet_template, fleet_replicas,
                                                  version=decision.status.from_vllm_version or "")
     else:
         objects_fleet = render_canary.with_replicas(fleet, fleet_replicas)
