@@ -132,14 +132,16 @@ def test_a_verified_canary_rolls_the_fleet_then_goes(cluster: Reads) -> None:
     canary_pod(run, None)
     run.once()  # the canary's figures are read (PlanVerified) for the new plan
     canary_pod(run, planned_tokens(run))
+    planned_hash = run.cluster.plan_hash(CANARY)
     run.once()
     assert run.status["verification"]["verified"] is True
     run.once()  # judged on the figures recorded
     assert run.status["canary"]["phase"] == "Passed", run.status["canary"]
     assert "CanaryPassed" in run.reasons() and held(run) is None
-    assert image(run) == NEW["image"] and run.cluster.plan_hash() == run.cluster.plan_hash(CANARY)
-    run.once()  # the fleet is Ready on the new release: the canary goes
-    assert ("Deployment", CANARY) in run.cluster.deleted
+    # the fleet rolls to the canary's plan, and the canary goes at once: the roll needs its GPU
+    assert image(run) == NEW["image"] and run.cluster.plan_hash() == planned_hash
+    assert ("Deployment", CANARY) in run.cluster.deleted and ("Deployment", CANARY) not in run.cluster.objects
+    run.once()  # the fleet is Ready on the new release: status.canary goes
     assert "canary" not in run.status and image(run) == NEW["image"]
 
 

@@ -7,7 +7,9 @@ Deployment, ``<name>-canary`` (render/canary.py), runs one pod of the new plan: 
 one (a surge), else in place of one replica of the fleet, never the last serving one. The canary passes when its
 pod is Ready, its KV room is not below the plan's beyond the tolerance (vLLM's own figures, as PlanVerified read
 them for the new plan: status.verification) and, where spec.verification.burnIn is set, its burn-in passed
-(status.burnIn). Only then does the fleet roll; the canary goes once the fleet is Ready. A canary that fails
+(status.burnIn). Only then does the fleet roll, and the canary goes at once: its GPU is the one the fleet's roll
+needs (a surge pod, or the replica it replaced), so a canary kept until the fleet is Ready would leave the fleet's
+new pod Pending for good; status.canary stays Passed until the fleet is Ready. A canary that fails
 holds the fleet on the old release (UpgradeHeld, quoting vLLM's figures) until the spec changes: reverting to
 the fleet's release deletes the canary and clears the condition; a new plan (another release, a remediation step
 of the canary's settings) is judged afresh.
@@ -177,9 +179,9 @@ def decide(i: CanaryInputs) -> CanaryDecision:
         return CanaryDecision("new", i.replicas, canary=False, status=None)
     if i.fleet == i.wanted:
         known = _known(i)
-        if known is not None and known.phase == "Passed" and i.canary_exists and not i.fleet_ready:
-            # the fleet rolls after a canary that passed: the canary serves until the fleet is Ready
-            return CanaryDecision("new", i.replicas, canary=True, status=known)
+        if known is not None and known.phase == "Passed" and not i.fleet_ready:
+            # the fleet rolls after a canary that passed (gone: the roll has its GPU); said until the fleet is Ready
+            return CanaryDecision("new", i.replicas, canary=False, status=known)
         reverted = i.known is not None and i.known.phase != "Passed" and (
             i.known.from_vllm_version, i.known.from_image) == (i.wanted.version, i.wanted.image)
         event = (("Normal", UPGRADE_REVERTED, f"the spec is back on {i.wanted}: the canary of vLLM "
@@ -194,7 +196,7 @@ def _upgrade(i: CanaryInputs) -> CanaryDecision:
     assert i.fleet is not None
     known = _known(i)
     if known is not None and known.phase == "Passed":
-        return CanaryDecision("new", i.replicas, canary=True, status=known)
+        return CanaryDecision("new", i.replicas, canary=False, status=known)
     if known is not None and known.phase == "Failed":  # held until the spec (or the canary's plan) changes
         return CanaryDecision("old", _fleet_replicas(i, known.replaces_replica), canary=True, status=known,
                               held=(True, known.reason or CANARY_NOT_READY, known.message))
@@ -226,7 +228,8 @@ def _upgrade(i: CanaryInputs) -> CanaryDecision:
         return CanaryDecision("old", fleet_replicas, canary=True,
                               status=_status(i, "Running", message, replaces_replica=replaces, pod=i.pod.name))
     message = f"the canary {i.pod.name} of {i.wanted} passed: {verdict}; the fleet rolls from {i.fleet}"
-    return CanaryDecision("new", i.replicas, canary=True,
+    # the canary goes now: the fleet's roll takes its GPU
+    return CanaryDecision("new", i.replicas, canary=False,
                           status=_status(i, "Passed", message, replaces_replica=replaces, pod=i.pod.name),
                           event=("Normal", CANARY_PASSED, message))
 
