@@ -7,9 +7,8 @@ Deployment, ``<name>-canary`` (render/canary.py), runs one pod of the new plan: 
 one (a surge), else in place of one replica of the fleet, never the last serving one. The canary passes when its
 pod is Ready, its KV room is not below the plan's beyond the tolerance (vLLM's own figures, as PlanVerified read
 them for the new plan: status.verification) and, where spec.verification.burnIn is set, its burn-in passed
-(status.burnIn). Only then does the fleet roll, and the canary goes at once: its GPU is the one the fleet's roll
-needs (a surge pod, or the replica it replaced), so a canary kept until the fleet is Ready would leave the fleet's
-new pod Pending for good; status.canary stays Passed until the fleet is Ready. A canary that fails
+(status.burnIn). Only then does the fleet roll, and the canary goes at once (kept, it would hold the GPU the
+roll needs); status.canary stays Passed until the fleet is Ready. A canary that fails
 holds the fleet on the old release (UpgradeHeld, quoting vLLM's figures) until the spec changes: reverting to
 the fleet's release deletes the canary and clears the condition; a new plan (another release, a remediation step
 of the canary's settings) is judged afresh.
@@ -57,8 +56,7 @@ class CanaryAsk:
 @dataclass(frozen=True)
 class CanaryReading:
     """The canary as read: its Deployment's uid (None: none exists), its newest pod not being deleted, and the
-    fleet's pod template as it runs (whole, from the API server: a fleet held on its release is written with it;
-    None: no fleet Deployment)."""
+    fleet's pod template as it runs (whole: a held fleet is written with it; None: no fleet Deployment)."""
 
     uid: str | None
     pod: CanaryPod | None = None
