@@ -95,6 +95,9 @@ class FakeCluster:
             return copy.deepcopy(self.llmd)
         return copy.deepcopy(self.objects.get((kind, name)))
 
+    def get_whole(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        return self.get(api_version, kind, name, namespace)
+
     def apply_all(self, objects: list[dict[str, Any]], before_write: Callable[[], None] | None = None) -> int:
         stale = [o for o in objects if (self.objects.get((o["kind"], o["metadata"]["name"])) or {}).get(
             "metadata", {}).get("annotations", {}).get(INPUT_HASH) != o["metadata"]["annotations"][INPUT_HASH]]
@@ -108,6 +111,9 @@ class FakeCluster:
             new = copy.deepcopy(obj)
             generation = int((live or {}).get("metadata", {}).get("generation", 0)) + 1
             new["metadata"]["generation"] = generation
+            # the API server gives each object its uid at creation and keeps it (a delete by uid names that one)
+            new["metadata"]["uid"] = ((live or {}).get("metadata", {}).get("uid")
+                                      or f"uid-{obj['kind']}-{obj['metadata']['name']}")
             replicas = new["spec"].get("replicas", 0) if new["kind"] == "Deployment" else 0
             new["status"] = {"observedGeneration": generation, "updatedReplicas": replicas,
                              "availableReplicas": replicas}

@@ -276,7 +276,9 @@ def test_a_deployment_moved_to_another_vllm_version_is_not_calibrated_by_the_old
     run.once()
     assert abs(run.status["kvCalibration"]["ratio"] - 0.97) < 0.001
     args = deployment_args(run)
-    run.generation, run.spec = 2, {**L4_AUTO, "vllm": {"version": "0.32.0"}}
+    # without the canary's opt-out one replica with no free GPU beside it would hold the fleet (UpgradeHeld,
+    # NoRoomForCanary): the fleet rolls at once here, so its pod template is the new release's plan
+    run.generation, run.spec = 2, {**L4_AUTO, "vllm": {"version": "0.32.0"}, "rollout": {"canary": False}}
     run.once()
     pin = run.status["kvCalibration"]
     assert "ratio" not in pin and pin["vllmVersion"] == "0.32.0", pin

@@ -7,6 +7,7 @@ import dataclasses
 
 from llm_autopilot.controller.reconcile import EFFECTS, FEATURE_READERS, READERS, Outcome
 from llm_autopilot.desired.burn_in import BurnInAsk, BurnInGateWrite, BurnInKeep, BurnInStart
+from llm_autopilot.desired.canary import CanaryAsk, CanaryDelete
 from llm_autopilot.desired.lora_calls import LoRAKeep, LoRAPodCalls, LoRAPodsAsk
 from llm_autopilot.desired.network_policy import DeleteNetworkPolicy
 from llm_autopilot.desired.remediation_adoption import RunningPlanAsk
@@ -16,8 +17,8 @@ from llm_autopilot.desired.vocabulary import Asks, Intent, Report
 #: read with the ask they go with (the status recorded so far, the Target the evidence is gathered for)
 COMPANIONS = {"known_cache": "cache", "evidence": "workload"}
 #: the after-plan features' asks and effects, each read or executed by its type
-FEATURE_ASKS = {BurnInAsk, LoRAPodsAsk, RunningPlanAsk}
-FEATURE_EFFECTS = {BurnInStart, BurnInKeep, BurnInGateWrite, DeleteNetworkPolicy, LoRAKeep, LoRAPodCalls,
+FEATURE_ASKS = {BurnInAsk, CanaryAsk, LoRAPodsAsk, RunningPlanAsk}
+FEATURE_EFFECTS = {BurnInStart, BurnInKeep, BurnInGateWrite, CanaryDelete, DeleteNetworkPolicy, LoRAKeep, LoRAPodCalls,
                    RecordStarts}
 
 

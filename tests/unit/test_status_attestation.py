@@ -76,6 +76,8 @@ VALID: dict[str, Any] = {
     "startupProbe": {"planHash": "p", "image": "vllm/vllm-openai:v0.33.0", "model": "Qwen/Qwen3-8B",
                      "gpuProduct": "H100-80GB", "seconds": 10, "formulaSeconds": 600, "starts": 5,
                      "medianStartSeconds": 1.0, "message": "forged: every start cut after 10 s"},
+    "canary": {"vllmVersion": "0.32.0", "image": "vllm/vllm-openai:v0.32.0", "planHash": "p", "phase": "Passed",
+               "since": "2026-12-05T22:00:00Z", "message": "forged: rolls the fleet"},
 }
 
 

@@ -651,6 +651,17 @@ class BurnInSpec(APIModel):
                     "within it. Default 2,000,000.")
 
 
+class RolloutSpec(APIModel):
+    """How a change of the vLLM release reaches the running fleet (desired/canary.py)."""
+
+    canary: bool = Field(
+        True, description="On unless false: a change of spec.vllm.version or spec.vllm.image first runs one pod of "
+                          "the new release (the `<name>-canary` Deployment, on a free GPU, else in place of one "
+                          "replica, never the last), verified against the plan (and burned in where "
+                          "verification.burnIn is set); only a canary that passed rolls the fleet, one that fails "
+                          "holds it (UpgradeHeld). false: the fleet rolls to the new release at once.")
+
+
 class VerificationSpec(APIModel):
     """How a plan is checked against the running vLLM's own KV-cache figures (planner/verify.py)."""
 
@@ -729,6 +740,8 @@ class LLMDeploymentSpec(APIModel):
         "Remediation then leaves replicas alone.")
     resources: ContainerResources | None = Field(None, description="CPU/memory of the vLLM container.")
     lora: LoRASpec | None = Field(None, description="LoRA adapters served on the base model, with their GPU slots.")
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec, description="How a new vLLM release reaches the fleet: a canary first.")
     verification: VerificationSpec = Field(
         default_factory=VerificationSpec,
         description="How the plan is checked against the running vLLM's KV-cache figures (PlanVerified).")

@@ -363,6 +363,29 @@ class BurnInStatus(StatusModel):
     pods: tuple[PodBurnInStatus, ...] = Field(default=(), max_length=64, description="Each pod judged.")
 
 
+CanaryPhase = Literal["Pending", "Running", "Passed", "Failed"]
+
+
+class CanaryStatus(StatusModel):
+    """The canary of a vLLM release change (desired/canary.py): one pod of the new release, judged before the fleet
+    rolls. Attested: a Passed the operator did not write never rolls a fleet."""
+
+    vllm_version: str = Field(max_length=64, description="The release the canary runs (the spec's).")
+    image: str = Field(max_length=253, description="The image the canary runs (the spec's).")
+    from_vllm_version: str | None = Field(None, max_length=64, description="The fleet's release when it began.")
+    from_image: str | None = Field(None, max_length=253, description="The fleet's image when it began.")
+    plan_hash: str = Field(max_length=64, description="The plan the canary runs (its pod's plan hash).")
+    phase: CanaryPhase = Field(description="Pending: no canary pod yet (or no room for one); Running: its pod "
+                                           "starts or is judged; Passed: the fleet rolls; Failed: the fleet is "
+                                           "held (UpgradeHeld).")
+    replaces_replica: bool = Field(False, description="No free GPU for a surge: one replica of the fleet was "
+                                                      "given up for the canary.")
+    pod: str | None = Field(None, max_length=253, description="The canary's pod, once seen.")
+    reason: str | None = Field(None, max_length=64, description="Failed or waiting: UpgradeHeld's reason.")
+    since: AwareDatetime = Field(description="When the canary entered this phase (RFC 3339).")
+    message: str = Field("", max_length=600, description="Why it is in this phase, with vLLM's own figures.")
+
+
 class KVCalibrationChoice(StatusModel):
     """The KV calibration one calibration key (GPU product, vLLM version, family) plans with."""
 
@@ -477,9 +500,11 @@ class LLMDeploymentStatus(APIModel):
                           "observed for the same image, model and GPU, or the first guess (fixed per plan).")
     compile_cache: CompileCacheStatus | None = Field(
         None, description="The PVC and folder the vLLM pods keep their compile caches in (spec.vllm.compileCache).")
+    canary: CanaryStatus | None = Field(
+        None, description="The canary of a vLLM release change (spec.rollout.canary; UpgradeHeld when it failed).")
     attestations: dict[str, str] | None = Field(
         None, max_length=16,
         description="The operator's HMAC of each section it reads back (source, loraSources, cache, verification, "
-                    "releases, kvCalibration, burnIn, lora, startupProbe), made with a key only it holds: a section "
-                    "whose attestation does not verify is ignored and decided again (the StatusForged Event).")
+                    "releases, kvCalibration, burnIn, lora, startupProbe, canary), made with a key only it holds: a "
+                    "section whose attestation does not verify is ignored and decided again (the StatusForged Event).")
 

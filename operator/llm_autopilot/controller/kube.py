@@ -110,6 +110,10 @@ class Kube:
         result: dict[str, Any] = obj.to_dict()
         return result
 
+    def get_whole(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """As ``get``: this client always reads the whole object from the API server."""
+        return self.get(api_version, kind, name, namespace)
+
     def delete(self, api_version: str, kind: str, name: str, namespace: str, *, uid: str) -> bool:
         """Delete the object if it still is the one with this uid (a precondition: one made again meanwhile is
         left alone); False when it was gone or replaced."""

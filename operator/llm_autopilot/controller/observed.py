@@ -33,13 +33,16 @@ from llm_autopilot.controller.informers import (
 from llm_autopilot.controller.kube import Kube, NodeGPUs
 from llm_autopilot.domain.burn_in import BURN_IN_GATE
 from llm_autopilot.render.autoscaling import KEDA_CRD
+from llm_autopilot.render.canary import CANARY_LABEL
 from llm_autopilot.render.groups import LWS_CRD, RANK_LABELS
 from llm_autopilot.render.kubernetes import (
+    CONTAINER,
     GPU_RESOURCE,
     INPUT_HASH,
     INSTANCE_LABEL,
     OWNER_LABEL,
     PLAN_HASH,
+    VLLM_VERSION,
     quantity_gib,
 )
 
@@ -101,14 +104,20 @@ def node_summary(body: Mapping[str, Any]) -> Summary | None:
 
 def child_summary(body: Mapping[str, Any]) -> Summary:
     """A Deployment, Service or PodDisruptionBudget: its input hash; a Deployment also its template's plan
-    hash, generation and status (readiness, the rollout)."""
+    hash, generation and status (readiness, the rollout), and the release it runs (its vLLM version annotation and
+    its vLLM container's image: whether a release change needs a canary, desired/sections/canary.py)."""
     meta = _meta(body)
     trimmed: dict[str, Any] = {"metadata": {"name": meta.get("name"), "generation": meta.get("generation"),
                                             "annotations": {INPUT_HASH: _annotation(body, INPUT_HASH)}}}
     template = ((body.get("spec") or {}).get("template") or {})
     if template:
+        if (version := _annotation(body, VLLM_VERSION)) is not None:
+            trimmed["metadata"]["annotations"][VLLM_VERSION] = version
+        images = [{"name": c.get("name"), "image": c.get("image")}
+                  for c in (template.get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER]
         trimmed["spec"] = {"replicas": (body.get("spec") or {}).get("replicas"),
-                           "template": {"metadata": {"annotations": {PLAN_HASH: _annotation(template, PLAN_HASH)}}}}
+                           "template": {"metadata": {"annotations": {PLAN_HASH: _annotation(template, PLAN_HASH)}},
+                                        **({"spec": {"containers": images}} if images else {})}}
         trimmed["status"] = copy.deepcopy(dict(body.get("status") or {}))
     return Summary.of(trimmed)
 
@@ -125,11 +134,14 @@ def pod_summary(body: Mapping[str, Any]) -> Summary:
     gate = [c.get("status") for c in status.get("conditions") or [] if c.get("type") == BURN_IN_GATE]
     # a group pod's group and rank (render/groups.py rank_of): its stage for verification, its leader for the
     # burn-in; none on a Deployment's pod
-    ranks = {k: str(v) for k, v in (meta.get("labels") or {}).items() if k in RANK_LABELS}
+    # and a release canary's pod its canary label (render/canary.py; with its creation time: its start is judged
+    # by its age)
+    kept = {k: str(v) for k, v in (meta.get("labels") or {}).items() if k in RANK_LABELS or k == CANARY_LABEL}
     return Summary.of({
         "metadata": {"name": meta.get("name"), "uid": meta.get("uid"),
                      "annotations": {PLAN_HASH: _annotation(body, PLAN_HASH)},
-                     **({"labels": ranks} if ranks else {}),
+                     **({"labels": kept} if kept else {}),
+                     **({"creationTimestamp": meta["creationTimestamp"]} if meta.get("creationTimestamp") else {}),
                      **({"deletionTimestamp": meta["deletionTimestamp"]} if meta.get("deletionTimestamp") else {})},
         "status": {"phase": status.get("phase"), "ready": ready[0] if ready else None,
                    **({"readySince": since} if since else {}), "containerStatuses": containers,
@@ -296,6 +308,10 @@ class WatchedCluster:
         if kind in children and (kind, namespace, name) not in self._written:
             found = children[kind]
             return copy.deepcopy(found.body) if found is not None else None
+        return self.kube.get(api_version, kind, name, namespace)
+
+    def get_whole(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """The object from the API server, whole: the watches keep only summaries of the children."""
         return self.kube.get(api_version, kind, name, namespace)
 
     def _stale(self, obj: dict[str, Any]) -> bool:

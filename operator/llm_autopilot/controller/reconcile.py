@@ -105,6 +105,10 @@ class Cluster(PodSource, Protocol):
 
     def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None: ...
 
+    def get_whole(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
+        """The object as the API server has it, whole (``get`` may give a watch's summary of it)."""
+        ...
+
     def apply_all(self, objects: list[dict[str, Any]], before_write: Callable[[], None] | None = None) -> int:
         """Write the objects that changed, all or none; raises ApplyRejected. ``before_write`` runs after the
         dry runs passed, before the first write."""

@@ -30,6 +30,7 @@ from llm_autopilot.desired.refusals import autoscaling_problem, spec_refusal
 from llm_autopilot.desired.sections import (
     burn_in,
     cache,
+    canary,
     compile_cache,
     lora,
     network_policy,
@@ -120,7 +121,8 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
     live = world.live_for(choice.result.config.nodes > 1)
     current = render(ctx, choice, state.overrides, d.owner, d.settings, live)
     # the after-plan features' asks still open, asked with the workload
-    features = tuple(ask for ask in (burn_in.ask(d, spec, current), lora.ask(d, spec)) if ask is not None)
+    features = tuple(ask for ask in (burn_in.ask(d, spec, current), lora.ask(d, spec), canary.ask(d, spec, current))
+                     if ask is not None)
     view = remediation.workload_of(d, spec, current, state, features)
     if isinstance(view, Asks):
         return d.asking(view)
@@ -130,7 +132,8 @@ def _decide(d: Draft, spec_body: dict[str, Any]) -> Intent:
         # nothing was written (or a recorded step is applied next pass): a step whose objects the API
         # server refuses is not taken, nor reported
         return d.fail("ApplyRejected", clean_line(world.applied.rejected, MESSAGE_LIMIT))
-    d.out.objects = cache_objects + compile_cache.objects(d, final) + final.objects
+    # a release change: the fleet held on the release it runs beside one canary pod of the new plan until it passed
+    d.out.objects = cache_objects + compile_cache.objects(d, final) + canary.report_canary(d, spec, final, view)
     d.out.step = decision.state.attested(d.author).to_status() if decision.changed else None
     d.out.after = workload_ask(d.owner, final)
     remediation.record(d, decision, final)

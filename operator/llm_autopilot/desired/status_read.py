@@ -26,7 +26,7 @@ OWN_READERS = frozenset({"remediation", "kvCalibration"})
 #: the sections the operator reads back as what it did or found, each attested (status.attestations); the
 #: remediation state's applied rungs also chain their own digests (remediation/state.py)
 ATTESTED = ("source", "loraSources", "cache", "verification", "releases", "kvCalibration", "burnIn", "lora",
-            "remediation", "startupProbe")
+            "remediation", "startupProbe", "canary")
 ATTESTATIONS = "attestations"
 STATUS_FORGED = "StatusForged"
 Section = TypeVar("Section", bound=BaseModel)

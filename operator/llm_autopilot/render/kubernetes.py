@@ -29,6 +29,9 @@ from llm_autopilot.vllm.versions import RUNTIME_LORA_UPDATING_ENV
 
 INPUT_HASH = f"{GROUP}/input-hash"
 PLAN_HASH = f"{GROUP}/plan-hash"
+#: on the Deployment (not its pod template, so it rolls nothing): the vLLM version its pods were planned for; a
+#: canary (render/canary.py) compares the fleet's release with the spec's by it
+VLLM_VERSION = f"{GROUP}/vllm-version"
 OWNER_LABEL = f"{GROUP}/deployment"
 GPU_RESOURCE = "nvidia.com/gpu"
 MANAGER = "llm-autopilot"
@@ -373,7 +376,7 @@ def deployment(inputs: WorkloadInputs, *, replicas: int | None = None) -> dict[s
     obj = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(owner),
+        "metadata": {**_metadata(owner), "annotations": {VLLM_VERSION: str(inputs.plan.config.vllm.version)}},
         "spec": {
             "replicas": 0 if inputs.held else inputs.replica_count if replicas is None else replicas,
             "selector": {"matchLabels": selector(owner)},

@@ -7,6 +7,6 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from llm_autopilot.controller.features import burn_in, lora, network_policy, remediation_adoption, startup_probe
+from llm_autopilot.controller.features import burn_in, canary, lora, network_policy, remediation_adoption, startup_probe
 
-FEATURES: tuple[ModuleType, ...] = (burn_in, lora, network_policy, remediation_adoption, startup_probe)
+FEATURES: tuple[ModuleType, ...] = (burn_in, canary, lora, network_policy, remediation_adoption, startup_probe)
