@@ -118,7 +118,10 @@ def test_adapters_from_a_claim_and_a_bucket_are_read_where_they_live_and_served_
         assert container["args"][container["args"].index("--max-lora-rank") + 1] == "16"
         claims = {v["persistentVolumeClaim"]["claimName"]: v["persistentVolumeClaim"].get("readOnly")
                   for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v}
-        assert claims == {CLAIM: True, status["cache"]["claimName"]: True}, claims
+        # the adapters' claim and the model cache read-only; the compile cache (on with the model cache) is vLLM's
+        # to write
+        assert claims == {CLAIM: True, status["cache"]["claimName"]: True,
+                          status["compileCache"]["claimName"]: None}, claims
         roots = served(pod)
         assert (roots["vol"], roots["bucket"]) == (in_pod["vol"], in_pod["bucket"]), roots
 
