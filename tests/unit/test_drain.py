@@ -244,6 +244,11 @@ def test_an_exec_hook_runs_with_the_containers_environment_and_says_why_it_faile
     procs = tmp_path / "cgroup.procs"
     instance = runtime.Instance(process, _Cgroup([], procs), None, "t0", "process://1")  # type: ignore[arg-type]
     try:
+        # until the child has exec'd `sleep`, /proc/<pid>/environ is still pytest's (no SEEN): on a busy machine the
+        # hook ran in that gap (the fresh CI's one failure). A kubelet's hook runs long after its container started
+        deadline = time.monotonic() + 10
+        while b"SEEN=" not in Path(f"/proc/{process.pid}/environ").read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         out = tmp_path / "out"
         assert runtime.exec_hook(instance, ["/bin/sh", "-c", f'echo "$SEEN" > {out}'], 10) is None
         assert out.read_text() == "from the container\n" and procs.read_text().strip().isdigit()  # in its cgroup
