@@ -35,32 +35,27 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
-from hack.localcluster import kubelet
 
 from llm_autopilot.render.compile_cache import COMPILE_CACHE_LABEL
 from llm_autopilot.render.kubernetes import HOME_DIR
+from tests.bench import bench_cache
 from tests.e2e.conftest import CRD, Kubectl, _cluster_env, wait_for
-from tests.e2e.model_store import MODEL, PREFIX, Store, model_files
+from tests.e2e.model_store import PREFIX, Store, model_files
 from tests.e2e.real_vllm import (
     MIB,
     START_SECONDS,
     ClientLoop,
     FollowingLoad,
     arg,
-    complete,
     history,
-    hub_downloads,
     operator_for,
     pods,
-    ready_pods,
-    tiny,
     wait_steps,
 )
 
@@ -125,12 +120,9 @@ def epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-class Bench:
-    def __init__(self, k: Kubectl, namespace: str, store: Store, files: dict[str, bytes]) -> None:
-        self.k, self.namespace, self.store, self.files = k, namespace, store, files
-
-    def apply(self, obj: dict[str, Any]) -> None:
-        self.k("apply", "-n", self.namespace, "-f", "-", input=yaml.safe_dump(obj))
+class Bench(bench_cache.Bench):
+    """bench_cache's (the same store, model and operator; its apply, serving, byte counts, KV room) with the
+    compile cache's modes."""
 
     def delete(self, name: str) -> None:
         self.k("delete", "llmd", name, "-n", self.namespace, "--wait=true", "--timeout=90s")
@@ -145,34 +137,12 @@ class Bench:
         self.k("delete", "pvc", "-n", self.namespace, "-l", COMPILE_CACHE_LABEL, "--wait=true", "--timeout=120s")
 
     def spec(self, name: str, mode: str, **fields: Any) -> dict[str, Any]:
-        model = {"name": MODEL, "source": f"s3://{self.store.bucket}/{PREFIX}", "cache": {"enabled": True},
-                 "s3": {"endpoint": self.store.endpoint, "credentialsSecretRef": {"name": "s3-models"}}}
         if mode == "off":  # compiles in its own emptyDir HOME, as a pod of a real kubelet would
             vllm = {"compileCache": {"enabled": False},
                     "env": [{"name": "VLLM_CACHE_ROOT", "value": f"{HOME_DIR}/.cache/vllm"}]}
         else:
             vllm = {"compileCache": {"enabled": True}}
-        return tiny(name, model=model, vllm=vllm, **fields)
-
-    def serving(self, name: str, where: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-        pod: dict[str, Any] = wait_for(f"a serving pod of {name}", lambda: next(
-            (p for p in ready_pods(self.k, self.namespace, name) if where(p)), None),
-            timeout=2 * START_SECONDS, interval=1)
-        complete(pod)
-        return pod
-
-    def store_bytes(self, since: float) -> int:
-        """Bytes of the weights' objects GET from the store since ``since`` (config.json reads are the plan's)."""
-        gets = self.store.object_gets(since, PREFIX)
-        return sum(len(self.files[name]) * count for name, count in gets.items() if name != "config.json")
-
-    def hub_bytes(self, since: float) -> int:
-        return sum(int(d["bytes"]) for d in hub_downloads(self.k, since))
-
-    def set_kv_room(self, value: int | None) -> None:
-        annotation = f"{kubelet.KV_BYTES_ANNOTATION}={value}" if value else f"{kubelet.KV_BYTES_ANNOTATION}-"
-        for node in kubelet.node_names():
-            self.k("annotate", "node", node, annotation, "--overwrite")
+        return self.cached(name, vllm=vllm, **fields)
 
     def prepare(self, mode: str) -> str:
         """The compile cache as the mode needs it; the label's note when it is not what the mode says."""
