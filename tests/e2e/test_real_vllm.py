@@ -390,19 +390,19 @@ def test_a_busy_but_healthy_vllm_is_left_alone(kubectl: Kubectl, namespace: str,
 
 def test_a_burn_in_finds_the_kv_room_too_small_for_its_concurrency_and_remediation_acts_before_ready(
         kubectl: Kubectl, namespace: str, kv_room: Any, tmp_path: Path) -> None:
-    """Issue #18 (c): the plan holds 8 requests of 2,048 tokens, vLLM's real KV room holds 4. The burn-in (a
-    readiness gate the kubelet honours) sends the plan's 8 requests at once to the new pod's own IP; vLLM
-    preempts; the pod is never Ready (no traffic), the failure is remediation's evidence, and the ladder
-    steps until a plan's burn-in passes and its pod serves."""
-    tokens_per_room = 4 * 2048  # 4 requests of max_model_len; the tiny model's KV cache is 512 bytes a token
+    """Issue #18 (c): the plan runs 16 requests of 2,048 tokens at once, vLLM's real KV room holds 10. The burn-in
+    (a readiness gate the kubelet honours) sends the plan's 16 requests at once to the new pod's own IP; they do
+    not run together; the pod is never Ready (no traffic), the failure is remediation's evidence, and the ladder
+    steps (max_num_seqs 16 -> 8: the burn-in then sends 8, which the room holds) until a plan's burn-in passes
+    and its pod serves. One step is enough for the claim: a room of 4 made it three (215 s against about 120)."""
+    tokens_per_room = 10 * 2048  # 10 requests of max_model_len; the tiny model's KV cache is 512 bytes a token
     kv_room(tokens_per_room * 512)
+    # expectedConcurrency 8 plans max_num_seqs 16 (twice it); the burn-in sends 16 (at most max_num_seqs)
     spec = tiny("burn", serving={"maxModelLen": 2048, "expectedConcurrency": 8},
                 vllm={"gpuMemoryUtilization": 0.6},
-                # the ladder may halve max_num_seqs to 2 (default floor 8): a burn-in of 2 requests fits the room
-                remediation={"floors": {"minMaxNumSeqs": 2}},
                 # outputs long enough that the first request still runs when the last one is prefilled: the
-                # 8 are then in the KV cache together if it holds them
-                verification={"burnIn": {"maxTokens": 64, "timeoutSeconds": 240}})
+                # 16 are then in the KV cache together if it holds them
+                verification={"burnIn": {"concurrency": 16, "maxTokens": 64, "timeoutSeconds": 240}})
     started = time.monotonic()
     with operator_for(kubectl, namespace, tmp_path):
         apply(kubectl, namespace, spec)
@@ -419,7 +419,7 @@ def test_a_burn_in_finds_the_kv_room_too_small_for_its_concurrency_and_remediati
         # together (what it does here: the tiny model answers one by one as fast as blocks free up)
         evidence = step["evidence"]
         assert (int(evidence["preemptions"]) > 0 or not evidence["fullWhileWaiting"].startswith("0/")
-                or float(evidence["peakRunning"]) < 8), evidence
+                or float(evidence["peakRunning"]) < 16), evidence
         failed_pod = step["evidence"]["pod"]
         found = kubectl.maybe("pod", failed_pod, "-n", namespace)
         if found is not None:  # the step's rollout may already have removed it
