@@ -52,6 +52,8 @@ OUT_OF_SCOPE = {
                                           "catalog",
     "h100-mistral-small-31-24b-w8a8-tp2": "Mistral-Small-3.1 (Mistral3 with a Pixtral vision tower) is not in the "
                                           "catalog",
+    "h100-gptoss-120b-v0101-defaults": "vLLM 0.10.1 is older than the oldest supported release (0.10.2), and the "
+                                       "GPU's total is not printed",
 }
 
 
@@ -113,6 +115,10 @@ KNOWN_MISSES = {
     ("h100-llama31-8b-tp2", "cuda_graph_estimated_gib"):
         "vLLM estimated 1.69 GiB of graphs at TP 2 against 0.84 GiB at TP 1 for the same model; "
         "other TP 2/4 runs do not double, so the model does not follow this one",
+    ("h100-gptoss-120b-v011-1024-batched", "kv_cache_gib"):
+        "planned 2.90 GiB of KV cache where vLLM 0.11.0 had 1.71; the log pastes no weights or profiling figures, so "
+        "the 1.2 GiB left after the sorting sampler is unexplained (weights through the Marlin MXFP4 path were "
+        "65.97 GiB at 0.10.1 against the 64.55 planned, which would close it, but this log does not show the path)",
 }
 
 

@@ -100,12 +100,15 @@ def gpu_planner(config: ServingConfig) -> Planner:
 
 
 def golden_gpu_cases() -> list[Case]:
-    """The replayable published GPU logs. vLLM's figures are tests/golden.py's (its "Available KV cache memory"
-    and tokens; for pipeline parallelism the last stage's room, which the log excerpt does not print)."""
+    """The replayable published GPU logs of starts that served. vLLM's figures are tests/golden.py's (its
+    "Available KV cache memory" and tokens; for pipeline parallelism the last stage's room, which the log excerpt
+    does not print)."""
     cases, raw = load_cases()
     by_id = {c["id"]: c for c in raw}
     result = []
     for case in cases:
+        if by_id[case.id].get("started") is False:  # vLLM refused to start: no pod ran to measure and calibrate
+            continue
         gpu_product = str(by_id[case.id]["gpu"]).split()[0]  # "H100-80GB (form factor not printed; ...)"
         tokens = case.printed.get("kv_cache_tokens")
         observed = Observed(Source.LOG, kv_cache_tokens=int(tokens) if tokens is not None else None,

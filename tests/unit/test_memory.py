@@ -59,6 +59,15 @@ def test_more_sequences_raise_the_sampler_peak(vllm033: VLLMBehaviour) -> None:
     assert many.activation_peak_bytes > few.activation_peak_bytes
 
 
+@pytest.mark.parametrize(("version", "peak_gib"), [((0, 11, 0), 4.76), ((0, 16, 0), 4.76), ((0, 17, 0), 1.89),
+                                                   ((0, 19, 0), 1.89)])
+def test_the_sampler_warm_up_sorts_the_logits_before_017(version: tuple[int, int, int], peak_gib: float) -> None:
+    """Llama-3.1-8B at 1024 sequences: 4.76 GiB of peak activation in llm-d-benchmark's H100 runs of autumn 2025
+    (the sorting top-k/top-p), 1.89 GiB at 0.19.0 (the Triton kernel, from 0.17.0)."""
+    e = estimate(config(behaviour_of(VLLMVersion(*version)), max_num_seqs=1024, max_num_batched_tokens=8192))
+    assert e.activation_peak_bytes / GIB == pytest.approx(peak_gib, abs=0.02)
+
+
 def test_tensor_parallel_adds_communication_buffers(vllm033: VLLMBehaviour) -> None:
     one, two = estimate(config(vllm033)), estimate(config(vllm033, tensor_parallel_size=2))
     assert two.non_torch_bytes > one.non_torch_bytes + 1.5 * GIB

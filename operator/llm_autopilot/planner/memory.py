@@ -41,6 +41,10 @@ _MLP_COPIES = 3
 # peaks at ~15.5 bytes per logit: the logits and three same-sized temporaries (fitted: Llama-3.1-8B,
 # Qwen2.5-7B, Gemma 2/3 at 1024 sequences, vLLM 0.19).
 _SAMPLER_BYTES_PER_LOGIT = 15.5
+# Before vLLM 0.17 the warm-up's top-k/top-p sorts the logits (values, int64 indices and the sort's scratch) and
+# peaks at ~38.9 bytes per logit (VLLMBehaviour.sampler_sorts_logits; fitted: Llama-3.1-8B 4.76 GiB and Qwen3-32B
+# 5.64 GiB of peak activation at 1024 sequences in llm-d-benchmark's H100 runs of autumn 2025).
+_SORTING_SAMPLER_BYTES_PER_LOGIT = 38.9
 
 # Memory outside PyTorch's allocator: CUDA context growth on one GPU; with TP, NCCL and the custom
 # all-reduce buffers add about 2 GiB (fitted: 2.07-2.21 GiB at TP 2 and 4, 0.24-0.27 GiB at TP 1).
@@ -205,7 +209,8 @@ def activation_peak_bytes(c: ServingConfig) -> float:
         moe_workspace = (c.max_num_batched_tokens * e.experts_per_token
                          * (2 * e.expert_intermediate_size / tp + m.hidden_size) * c.dtype_bytes)
     forward = c.max_num_batched_tokens * per_token * c.dtype_bytes
-    sampler = c.max_num_seqs * m.vocab_size * _SAMPLER_BYTES_PER_LOGIT
+    per_logit = _SORTING_SAMPLER_BYTES_PER_LOGIT if c.vllm.sampler_sorts_logits else _SAMPLER_BYTES_PER_LOGIT
+    sampler = c.max_num_seqs * m.vocab_size * per_logit
     return max(forward, sampler) + moe_workspace
 
 

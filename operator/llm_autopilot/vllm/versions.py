@@ -138,6 +138,18 @@ class VLLMBehaviour:
         return self.version >= VLLMVersion(0, 20, 0)
 
     @property
+    def sampler_sorts_logits(self) -> bool:
+        """The profile run's sampler warm-up (``top_k = vocab - 1``, ``top_p = 0.9`` over ``max_num_seqs`` rows,
+        ``_dummy_sampler_run`` in v1/worker/gpu_model_runner.py) sorts the whole float32 logits tensor, which peaks
+        at about 2.5 times the memory of the sort-free kernels, before 0.17.0: ``apply_top_k_top_p`` calls
+        ``logits.sort`` (v1/sample/ops/topk_topp_sampler.py, 0.10.2 to 0.16.0); from 0.17.0 it takes the Triton
+        kernel ``apply_top_k_top_p_triton`` for 8 rows or more. FlashInfer's sort-free sampler is opt-in
+        (``VLLM_USE_FLASHINFER_SAMPLER=1``) from 0.12.0; in 0.10 and 0.11 it is taken whenever ``flashinfer``
+        imports, which the pip wheel does not install (an optional extra), so those are planned with the sort,
+        which never gives vLLM less room than planned."""
+        return self.version < VLLMVersion(0, 17, 0)
+
+    @property
     def online_fp8_quantization(self) -> str:
         """``--quantization`` for FP8 computed while loading a bf16 checkpoint: ``fp8_per_tensor`` exists
         from 0.20.0 and plain ``fp8`` refuses unquantized checkpoints from 0.31.0."""
