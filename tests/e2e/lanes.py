@@ -8,8 +8,8 @@
 
 The two lanes share the control plane, Prometheus and nothing else: each worker has its own session operator,
 namespace prefix and webhook (tests/e2e/conftest.py), and the vllm-cpu nodes are tainted so no KWOK-pool test lands
-there. Unit tests fill whichever worker is free. A test that stops a shared service (Prometheus) is marked
-``alone`` and runs in a second, sequential pytest run (the Makefile's ``test``).
+there. Unit tests fill whichever worker is free. No test stops a shared service: a test that needs Prometheus down
+takes down a Prometheus of its own (tests/e2e/metrics.py ``own_prometheus``).
 
 How: each worker orders its collection vllm-cpu lane, kwok lane, the rest, and writes which lane each test is in;
 the controller's scheduler (``LaneScheduling``, chosen by ``--dist loadgroup``) reads that and hands each lane to

@@ -8,16 +8,21 @@ Import the fixtures into a test module (pytest finds them there)::
   ``LLM_AUTOPILOT_PROMETHEUS_URL`` in ``kubectl.env`` has the same value.
 * ``vllm_sim`` (session): a started :class:`VllmSimulator` (hack/vllm_sim.py) whose pods Prometheus scrapes
   (file_sd in ``<state>/prometheus/vllm-targets``) every 2 s, labelled ``namespace``/``pod``.
+* ``own_prometheus`` (per test): a :class:`PrometheusForwarder`, the shared Prometheus at a URL of the test's own,
+  which the test takes down (``.stopped()``) while the other lane keeps using the shared one.
 
 Helpers: :func:`prom_query` (instant query, raises on error), :func:`wait_for_series`, :func:`wait_scraped`
 (the simulator's latest values are in Prometheus), :func:`forget_namespace` (drop a namespace's simulated pods),
-:func:`stop_prometheus` / :func:`start_prometheus`, the context managers :func:`prometheus_stopped` and
-:func:`repeating` (a feed of the simulator, every second in a thread, until the block ends).
+:func:`start_prometheus`, the context manager :func:`repeating` (a feed of the simulator, every second in a
+thread, until the block ends).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import random
+import socket
 import subprocess
 import sys
 import threading
@@ -36,14 +41,14 @@ from hack.vllm_sim import SimulatorError, VllmSimulator
 from tests.e2e.conftest import CLUSTER, Kubectl, listening
 
 __all__ = [
+    "PrometheusForwarder",
     "SimulatorError",
     "VllmSimulator",
     "forget_namespace",
+    "own_prometheus",
     "prom_query",
-    "prometheus_stopped",
     "prometheus_url",
     "start_prometheus",
-    "stop_prometheus",
     "vllm_sim",
     "wait_for_series",
     "wait_scraped",
@@ -109,11 +114,6 @@ def _cluster(env: dict[str, str], *args: str) -> None:
     subprocess.run([*CLUSTER, *args], env=env, check=True, stdout=sys.stderr, timeout=120)
 
 
-def stop_prometheus(env: dict[str, str]) -> None:
-    """``hack/cluster.py stop prometheus`` (state kept)."""
-    _cluster(env, "stop", "prometheus")
-
-
 def start_prometheus(env: dict[str, str]) -> None:
     """``hack/cluster.py start prometheus``; returns once ``/-/ready`` answers."""
     _cluster(env, "start", "prometheus")
@@ -139,14 +139,110 @@ def repeating(step: Callable[[], None], interval: float = 1.0) -> Iterator[None]
         thread.join(10)
 
 
-@contextmanager
-def prometheus_stopped(env: dict[str, str]) -> Iterator[None]:
-    """Prometheus is down inside the block and up (ready) again afterwards, even on failure."""
-    stop_prometheus(env)
-    try:
-        yield
-    finally:
-        start_prometheus(env)
+def _port_below_ephemeral_range() -> int:
+    """A free port below the kernel's ephemeral range (where ``bind(0)`` and every outgoing connection take theirs),
+    like the cluster's own ports: while a forwarder is down, nothing on the machine takes its port as a source port
+    (so ``up()`` can listen there again), and a connect to it cannot meet itself (TCP's self-connect)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for port in random.sample(range(low - 2000, low), 200):
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low - 2000}..{low - 1}")
+
+
+class PrometheusForwarder:
+    """The shared Prometheus at a URL of a test's own (a TCP forwarder on 127.0.0.1), to take down without
+    stopping the Prometheus the other lane uses.
+
+    Why it stands for a stopped Prometheus: what the operator and ``PrometheusSignals`` see of one is its URL
+    refusing connections. ``down()`` closes the listening socket, so a connect is refused (RST, ECONNREFUSED)
+    exactly as on the port of a stopped process, and closes every open connection, as a stopped process's are, so
+    a kept-alive connection of the client's pool cannot reach Prometheus either. ``up()`` listens again on the same
+    port: Prometheus is back at the same URL, as after ``hack/cluster.py start prometheus``. What it does not stand
+    for: Prometheus' own restart (its ``/-/ready`` and its data are the shared one's, always up).
+    """
+
+    def __init__(self, upstream: str) -> None:
+        parsed = urllib.parse.urlsplit(upstream)
+        assert parsed.hostname and parsed.port, upstream
+        self.upstream = (parsed.hostname, parsed.port)
+        self.port = _port_below_ephemeral_range()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+
+    def up(self) -> None:
+        """Listen (again) on the forwarder's port; each accepted connection is piped to Prometheus."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the port's closed connections linger
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        with self._lock:
+            assert self._listener is None, "already up"
+            self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        """Refuse connections from now on, and end the open ones."""
+        with self._lock:
+            listener, self._listener = self._listener, None
+            connections, self._open = self._open, set()
+        if listener is not None:
+            _close(listener)  # a connection still in its backlog is reset with it
+        for connection in connections:
+            _close(connection)
+
+    @contextmanager
+    def stopped(self) -> Iterator[None]:
+        """Down inside the block, up again afterwards, also when the block fails."""
+        self.down()
+        try:
+            yield
+        finally:
+            self.up()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # closed by down()
+                return
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=5)
+            except OSError:
+                _close(client)
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                if self._listener is not listener:  # down() came between accept() and here
+                    _close(client)
+                    _close(upstream)
+                    return
+                self._open |= {client, upstream}
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with self._lock:  # one side ended (or down() closed it): the connection ends both ways
+            self._open -= {source, sink}
+        _close(source)
+        _close(sink)
+
+
+def _close(sock: socket.socket) -> None:
+    """Shut down before closing: on Linux, close() alone does not wake a thread blocked in accept() or recv()."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
 
 
 def _remove_dead_targets(targets_dir: Path) -> None:
@@ -165,6 +261,15 @@ def prometheus_url(kubectl: Kubectl) -> str:
     if not _prometheus_ready(url):  # e.g. left stopped by an interrupted test
         start_prometheus(kubectl.env)
     return url
+
+
+@pytest.fixture
+def own_prometheus(prometheus_url: str) -> Iterator[PrometheusForwarder]:
+    """A Prometheus of the test's own to take down (:class:`PrometheusForwarder`), up; down after the test."""
+    forwarder = PrometheusForwarder(prometheus_url)
+    forwarder.up()
+    yield forwarder
+    forwarder.down()
 
 
 @pytest.fixture(scope="session")

@@ -22,10 +22,11 @@ from llm_autopilot.remediation.classify import Signal
 from tests.e2e.conftest import Kubectl, wait_for
 from tests.e2e.metrics import (
     SCRAPE_SECONDS,
+    PrometheusForwarder,
     VllmSimulator,
     forget_namespace,
+    own_prometheus,
     prom_query,
-    prometheus_stopped,
     prometheus_url,
     vllm_sim,
     wait_for_series,
@@ -33,7 +34,7 @@ from tests.e2e.metrics import (
 )
 
 pytestmark = pytest.mark.e2e
-__all__ = ["prometheus_url", "vllm_sim"]  # fixtures, imported for pytest
+__all__ = ["own_prometheus", "prometheus_url", "vllm_sim"]  # fixtures, imported for pytest
 
 WINDOW = 30  # seconds, the saturation window under test
 
@@ -243,14 +244,14 @@ def test_simulator_kv_usage_names_by_version(version: str, hidden: bool, names: 
     assert exposed == names
 
 
-@pytest.mark.alone  # stops the shared Prometheus: not beside the other lane (tests/e2e/lanes.py)
-def test_prometheus_down_raises_metrics_unavailable(kubectl: Kubectl, vllm_sim: VllmSimulator,
-                                                    prometheus_url: str, sim_ns: str) -> None:
+def test_prometheus_down_raises_metrics_unavailable(vllm_sim: VllmSimulator, own_prometheus: PrometheusForwarder,
+                                                    sim_ns: str) -> None:
+    """Prometheus down (its URL refuses connections: the test's own, metrics.PrometheusForwarder)."""
     ns = sim_ns
     vllm_sim.set_pod(ns, "qwen-5d8f7c9b6d-abcde", model_name="Qwen/Qwen3-8B", kv_cache_usage_perc=0.2)
-    signals = _signals(prometheus_url)
+    signals = _signals(own_prometheus.url)
     assert signals.healthy()
-    with prometheus_stopped(kubectl.env):
+    with own_prometheus.stopped():
         assert not signals.healthy()
         with pytest.raises(MetricsUnavailable):
             signals.kv_saturation(ns, "qwen", threshold=0.9, window=WINDOW)

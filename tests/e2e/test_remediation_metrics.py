@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from hack.vllm_sim import VllmSimulator
 
-from tests.e2e.conftest import Kubectl, Operator, wait_for
+from tests.e2e.conftest import RESYNC_SECONDS, Kubectl, Operator, wait_for
 from tests.e2e.helpers import args_of, crash, remediation, running_pods, wait_condition
-from tests.e2e.metrics import forget_namespace, prometheus_stopped, repeating
+from tests.e2e.metrics import PrometheusForwarder, forget_namespace, own_prometheus, repeating
 
 pytestmark = pytest.mark.e2e
+__all__ = ["own_prometheus"]  # a fixture, imported for pytest
 WINDOW = 30  # kvSaturationWindowSeconds (the API's minimum)
 STABLE = 60  # stableWindowSeconds (the API's minimum)
 
@@ -26,6 +29,23 @@ def _simulated_pods_forgotten(request: pytest.FixtureRequest, namespace: str) ->
     yield
     if "vllm_sim" in request.fixturenames:
         forget_namespace(request.getfixturevalue("vllm_sim"), namespace)
+
+
+@pytest.fixture
+def outage_operator(kubectl: Kubectl, namespace: str, own_prometheus: PrometheusForwarder,
+                    tmp_path: Path) -> Iterator[Operator]:
+    """An operator of the test's own, on the test's namespace, whose Prometheus is `own_prometheus`: the test takes
+    that one down, not the shared one the other lane's tests (and the session operator) read. Set up as the
+    session operator is (conftest `operator`), without its admission webhook, which these tests do not reach."""
+    env = {**kubectl.env, "LLM_AUTOPILOT_PROMETHEUS_URL": own_prometheus.url,
+           "LLM_AUTOPILOT_RESYNC_SECONDS": str(RESYNC_SECONDS),
+           "HF_ENDPOINT": "http://127.0.0.1:9", "LLM_AUTOPILOT_HUB_TIMEOUT_SECONDS": "1",
+           "LLM_AUTOPILOT_CALIBRATION_KEY": uuid.uuid4().hex * 2}
+    op = Operator(env, tmp_path / "operator.log", ["--standalone", f"--namespace={namespace}"]).start()
+    try:
+        yield op
+    finally:
+        op.stop()
 
 
 def deploy(kubectl: Kubectl, ns: str) -> str:
@@ -113,18 +133,17 @@ def test_alternating_signals_make_a_bounded_number_of_changes(kubectl: Kubectl, 
     assert len(steps(kubectl, namespace)) == 3  # step, relax, step: no flapping
 
 
-@pytest.mark.alone  # stops the shared Prometheus: not beside the other lane (tests/e2e/lanes.py)
-def test_prometheus_down_holds_still_and_says_why(kubectl: Kubectl, operator: Operator, prometheus_url: str,
-                                                 namespace: str) -> None:
+def test_prometheus_down_holds_still_and_says_why(kubectl: Kubectl, outage_operator: Operator,
+                                                 own_prometheus: PrometheusForwarder, namespace: str) -> None:
     deploy(kubectl, namespace)
     before = kubectl.json("deployment", "chat", "-n", namespace)["metadata"]["generation"]
-    with prometheus_stopped(kubectl.env):
+    with own_prometheus.stopped():
         llmd = wait_condition(kubectl, namespace, "chat", "MetricsAvailable", "False", timeout=30)
         cond = next(c for c in llmd["status"]["conditions"] if c["type"] == "MetricsAvailable")
         assert cond["reason"] == "PrometheusUnreachable" and "holds still" in cond["message"]
-        crashed = operator.mark()
+        crashed = outage_operator.mark()
         crash(kubectl, namespace, "chat", "OOMKilled", 137)  # evidence arrives while metrics are down
-        operator.wait_reconciles(namespace, "chat", 3, since=crashed)  # each one sees the crash
+        outage_operator.wait_reconciles(namespace, "chat", 3, since=crashed)  # each one sees the crash
         assert kubectl.json("deployment", "chat", "-n", namespace)["metadata"]["generation"] == before
         assert remediation(kubectl, namespace, "chat").get("rung", 0) == 0
     wait_condition(kubectl, namespace, "chat", "MetricsAvailable", "True", timeout=30)
@@ -132,9 +151,8 @@ def test_prometheus_down_holds_still_and_says_why(kubectl: Kubectl, operator: Op
              30)
 
 
-@pytest.mark.alone  # stops the shared Prometheus: not beside the other lane (tests/e2e/lanes.py)
-def test_metrics_available_holds_still_through_an_outage(kubectl: Kubectl, operator: Operator, prometheus_url: str,
-                                                        namespace: str) -> None:
+def test_metrics_available_holds_still_through_an_outage(kubectl: Kubectl, outage_operator: Operator,
+                                                        own_prometheus: PrometheusForwarder, namespace: str) -> None:
     """Issue #15, class 5: with Prometheus stopped, MetricsAvailable read True|Queried in some one-second samples.
     Once False it must stay False, with the same reason, message and transition time, across reconciles and a
     replaced pod, until Prometheus is back."""
@@ -145,18 +163,18 @@ def test_metrics_available_holds_still_through_an_outage(kubectl: Kubectl, opera
         return next(c for c in kubectl.json("llmd", "chat", "-n", namespace)["status"]["conditions"]
                     if c["type"] == "MetricsAvailable")
 
-    with prometheus_stopped(kubectl.env):
+    with own_prometheus.stopped():
         wait_condition(kubectl, namespace, "chat", "MetricsAvailable", "False", timeout=60)
         first = metrics()
         assert first["reason"] == "PrometheusUnreachable"
         samples: list[dict[str, Any]] = []
         pod = running_pods(kubectl, namespace, "chat")[0]["metadata"]["name"]
         kubectl("delete", "pod", pod, "-n", namespace, "--wait=false")  # a pod replaced during the outage
-        mark = operator.mark()
+        mark = outage_operator.mark()
 
         def sampled() -> bool:  # one sample per poll, until four reconciles have completed since the stop
             samples.append(metrics())
-            return operator.reconciles(namespace, "chat", since=mark) >= 5
+            return outage_operator.reconciles(namespace, "chat", since=mark) >= 5
 
         wait_for("four reconciles during the outage", sampled, 180)
         samples.append(metrics())
