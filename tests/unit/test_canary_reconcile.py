@@ -12,10 +12,15 @@ from typing import Any
 
 import pytest
 
+from llm_autopilot.controller.calibration_store import CalibrationBook
+from llm_autopilot.controller.gather import Gatherer
 from llm_autopilot.controller.observed import WATCHED_CHILDREN, child_summary, pod_summary
+from llm_autopilot.desired.calibration import SampleToRecord
+from llm_autopilot.planner.calibration import CalibrationKey, Sample
 from llm_autopilot.render.canary import CANARY_LABEL, canary_name
 from llm_autopilot.render.kubernetes import INSTANCE_LABEL, OWNER_LABEL, PLAN_HASH
-from tests.unit.fakes import NAME, FakeCluster, Run
+from tests.unit.fakes import NAME, NAMESPACE, FakeCluster, Run
+from tests.unit.test_calibration_store import OPERATOR_NS, ConfigMaps
 
 OLD = {"version": "0.32.0", "image": "vllm/vllm-openai:v0.32.0"}
 NEW = {"version": "0.33.0", "image": "vllm/vllm-openai:v0.33.0"}
@@ -143,6 +148,61 @@ def test_a_verified_canary_rolls_the_fleet_then_goes(cluster: Reads) -> None:
     assert ("Deployment", CANARY) in run.cluster.deleted and ("Deployment", CANARY) not in run.cluster.objects
     run.once()  # the fleet is Ready on the new release: status.canary goes
     assert "canary" not in run.status and image(run) == NEW["image"]
+
+
+def beside_an_old_pod(run: Run, tokens: int) -> None:
+    """The canary's pod Ready beside a fleet pod of the old release that carries the same plan hash (a release change
+    that moves no flag keeps the plan's hash: what the real 0.31.0 -> 0.32.0 upgrade of the tiny model did), each
+    pod's vLLM answering its own release, the old one's KV figures the plan's."""
+    canary_pod(run, tokens)
+    canary = run.cluster.pod_list[0]
+    canary["status"]["podIP"] = "10.0.0.2"
+    old = copy.deepcopy(canary)
+    old["metadata"].update(name=f"{NAME}-old-1", uid="old-uid", labels={})
+    old["status"]["podIP"] = "10.0.0.1"
+    run.cluster.pod_list = [old, canary]
+    run.cluster.current_logs[f"{NAME}-old-1"] = (f"INFO GPU KV cache size: {planned_tokens(run):,} tokens, "
+                                                 "Maximum concurrency ...")
+    releases = {"10.0.0.1": OLD["version"], "10.0.0.2": NEW["version"]}
+    run.gatherer = Gatherer(run.cluster, versions=releases.get)
+
+
+def test_the_canarys_reading_is_the_new_releases_first_calibration_sample_and_the_old_ones_move_nothing(
+        cluster: Reads) -> None:
+    """Issue #30 item 2: a calibration measured on the old release never moves the new release's plan (its pin
+    says what the store covers), and the canary's own reading -- not the old fleet's pods that carry the same plan
+    hash -- judges it and is the first sample keyed by the new release; the old release's sample stays its own."""
+    now = datetime.now(UTC)
+    book = CalibrationBook(ConfigMaps(), OPERATOR_NS, key=b"k" * 32)
+    old_key = CalibrationKey("H100-80GB", OLD["version"], "qwen3")
+    book.record(SampleToRecord(old_key, Sample(0.9, now, f"{NAMESPACE}/{NAME}")), now)  # the fleet's measurement
+    run = Run(on(OLD), cluster=cluster, calibration=book)
+    run.once()
+    assert abs(run.status["kvCalibration"]["ratio"] - 0.9) < 0.001  # the old release's plan takes it
+    run.generation, run.spec = 2, on(NEW)
+    run.once()
+    pin = run.status["kvCalibration"]
+    assert pin["vllmVersion"] == NEW["version"] and "ratio" not in pin, pin
+    assert "covers vLLM 0.32.0 only" in pin["message"], pin
+    tokens = round(planned_tokens(run) * 0.99)  # within the tolerance: the canary passes
+    beside_an_old_pod(run, tokens)
+    run.once()  # PlanVerified reads the plan's Ready pods: the old release's pod is set aside
+    verification = run.status["verification"]
+    assert [p["pod"] for p in verification["pods"]] == [f"{CANARY}-1"], verification
+    assert verification["vllmVersion"] == NEW["version"] and verification["actualTokens"] == tokens
+    assert "VLLMVersionMismatch" not in run.reasons()
+    entries = book.current(now)[0].entries  # type: ignore[union-attr]
+    new_key = CalibrationKey("H100-80GB", NEW["version"], "qwen3")
+    assert set(entries) == {old_key, new_key}, entries
+    (first,) = entries[new_key]
+    assert first.deployment == f"{NAMESPACE}/{NAME}" and abs(first.ratio - 0.99) < 0.005, first
+    assert [s.ratio for s in entries[old_key]] == [0.9]
+    assert [r["vllmVersion"] for r in run.status["releases"]] == [NEW["version"]]
+    run.once()  # judged on the canary's own figures; the reading is not made again for the old pod
+    assert run.status["verification"] == verification
+    canary = run.status["canary"]
+    assert canary["phase"] == "Passed", canary
+    assert f"vLLM {NEW['version']} reports {tokens}" in canary["message"], canary["message"]
 
 
 def test_a_canary_below_the_plans_kv_room_holds_the_fleet_with_vllms_figures(cluster: Reads) -> None:

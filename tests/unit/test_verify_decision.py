@@ -300,6 +300,35 @@ def test_the_running_version_is_written_and_another_release_is_said(
         assert "spec.vllm.version" in d.mismatch
 
 
+@pytest.mark.parametrize(("name", "moving_from", "known", "reported", "read", "mismatch"), [
+    ("a release change: the fleet's old pods of the same plan hash are set aside, the canary judged alone",
+     "0.32.0", Known("h1", frozenset({"old-1", "old-2"})), ("0.32.0+cpu", "0.33.0"), ("p1",), False),
+    ("then nothing new of the new release: the canary's reading is kept, not made again",
+     "0.32.0", Known("h1", frozenset({"p1"})), ("0.32.0", "0.33.0"), None, False),
+    ("only the old release's pods Ready, none read yet: awaiting the new release's",
+     "0.32.0", None, ("0.32.0", "0.32.0"), (), False),
+    ("a pod that did not say its release is kept", "0.32.0", None, (None, "0.33.0"), ("p0", "p1"), False),
+    ("no release change: a pod of another release is said, not set aside", None, None, ("0.33.0", "0.32.1"),
+     ("p0", "p1"), True),
+    ("a change of image at the same release: nothing to tell apart", "0.33.0", None, ("0.33.0", "0.33.0"),
+     ("p0", "p1"), False),
+])
+def test_a_release_change_reads_only_the_new_releases_pods(
+        name: str, moving_from: str | None, known: Known | None, reported: tuple[str | None, ...],
+        read: tuple[str, ...] | None, mismatch: bool) -> None:
+    """Issue #30 item 2: while the fleet moves from ``moving_from`` (status.canary) to the plan's release, a plan
+    whose hash the release change did not move has the old release's pods among its Ready pods."""
+    readings = tuple(PodReading(f"p{i}", blocks(1000), vllm_version=v) for i, v in enumerate(reported))
+    d = decide(PREDICTION, "h1", known, readings, vllm_version="0.33.0", now=NOW, moving_from=moving_from)
+    if read is None:
+        assert d.keep and d.condition == (None, "", ""), name
+        return
+    assert tuple(pod for pod, _ in d.results) == read, name
+    assert (d.mismatch is not None) == mismatch, name
+    if not read:
+        assert d.condition[1] == AWAITING_PODS, name
+
+
 def test_the_gatherer_asks_each_pods_vllm_its_version() -> None:
     cluster = FakeCluster()
     cluster.pod_list = [{**pod("x-1", "h1"), "status": {**pod("x-1", "h1")["status"], "podIP": "10.0.0.7"}},

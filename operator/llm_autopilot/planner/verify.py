@@ -297,11 +297,31 @@ class Decision:
         return max((v for _, v in self.results), key=lambda v: abs(v.error_percent), default=None)
 
 
+def of_the_new_release(readings: tuple[PodReading, ...], *, planned: str,
+                       moving_from: str | None) -> tuple[PodReading, ...]:
+    """The readings that measure the plan's release while the fleet moves from ``moving_from`` to it (a release
+    change, status.canary): a change that moves no flag keeps the plan's hash, so the fleet's pods of the old release
+    are Ready pods of "the plan" beside the canary (and beside the new pods while the fleet rolls). They measured the
+    old engine: set aside, so the canary is judged on its own figures and its reading is the new release's sample.
+    Outside a release change (``moving_from`` None, or the same release) nothing is set aside: a pod of another
+    release is then a mismatch to say (a mutable tag pulled again)."""
+    old, new = _release(moving_from), _release(planned)
+    if old is None or old == new:
+        return readings
+    return tuple(r for r in readings if _release(r.vllm_version) != old)
+
+
 def decide(prediction: Prediction, plan_hash: str, known: Known | None, readings: tuple[PodReading, ...], *,
-           vllm_version: str, now: datetime, tolerance_percent: float = TOLERANCE_PERCENT) -> Decision:
+           vllm_version: str, now: datetime, tolerance_percent: float = TOLERANCE_PERCENT,
+           moving_from: str | None = None) -> Decision:
     """PlanVerified and status.verification from the readings of the plan's Ready pods (none: nothing was
-    read this time)."""
+    read this time). ``moving_from``: the release the fleet moves from (:func:`of_the_new_release`)."""
     same_plan = known is not None and known.plan_hash == plan_hash
+    kept = of_the_new_release(readings, planned=vllm_version, moving_from=moving_from)
+    if len(kept) < len(readings) and same_plan and known is not None and all(r.pod in known.pods for r in kept):
+        # only the old release's pods were new to read (pods_to_read reads all once one is new): nothing changed
+        return Decision(condition=(None, "", ""), keep=True)
+    readings = kept
     if not readings:
         if same_plan:
             return Decision(condition=(None, "", ""), keep=True)

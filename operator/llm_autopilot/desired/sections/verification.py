@@ -36,6 +36,13 @@ def releases_seen(previous: tuple[ReleaseVerification, ...],
     return (*kept, entry)[-RELEASES_KEPT:]
 
 
+def _moving_from(d: Draft, version: str) -> str | None:
+    """The release the fleet moves from while a change to ``version`` is under way (status.canary, attested, of
+    that release: from its start until the fleet is Ready on it); None: no release change."""
+    change = d.read.canary
+    return change.from_vllm_version if change is not None and change.vllm_version == version else None
+
+
 def report_calibration(d: Draft, r: Rendered, calibrations: Calibrations) -> KVCalibrationStatus:
     """status.kvCalibration: the calibrations this spec plans with (chosen once per spec, replicas aside)."""
     pin = calibrations.pin_for(calibration_key(r), r.plan.estimate)
@@ -61,7 +68,8 @@ def report_verification(d: Draft, r: Rendered, tolerance: float, calibration: st
                                         now=d.now, tolerance_percent=tolerance)
     else:
         decision = verify.decide(verify.predict(config, r.plan.estimate), r.plan_hash, known, seen.readings,
-                                 vllm_version=version, now=d.now, tolerance_percent=tolerance)
+                                 vllm_version=version, now=d.now, tolerance_percent=tolerance,
+                                 moving_from=_moving_from(d, version))
     if not decision.keep:
         found = VerificationStatus.of_pods(decision.results, plan_hash=r.plan_hash, calibration=calibration,
                                            stages=decision.stages)
